@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What every ccctl congestion-control object carries besides its algorithm:
+ * the license, the load-time configuration the loader fills in, the pinned
+ * bookkeeping map, and the two struct_ops registrations for the two kernel
+ * ABIs of cong_control.
+ */
+#ifndef __CCCTL_COMMON_H
+#define __CCCTL_COMMON_H
+
+#include "kernel_types.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "ccctl_abi.h"
+#include "tcp_helpers.h"
+
+char _license[] SEC("license") = "GPL";
+
+/* Filled in by the loader before load; constant to the verifier. */
+const volatile struct ccctl_load_config ccctl_cfg = {};
+
+static __always_inline bool kernel_can(u32 feature)
+{
+	return ccctl_cfg.kernel_features & feature;
+}
+
+static __always_inline bool fault_injected(u32 fault)
+{
+	return ccctl_cfg.fault_inject & fault;
+}
+
+/* One entry of bookkeeping, written by ccctl, pinned beside the registration. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ccctl_meta);
+} meta SEC(".maps");
+
+/*
+ * Two registrations of the same algorithm, one per cong_control prototype:
+ *   ops         cong_control(sk, ack, flag, rs)   Linux 6.10 and later
+ *   ops_pre610  cong_control(sk, rs)              before 6.10
+ * The loader reads the running kernel's BTF, creates exactly one of the two
+ * maps (libbpf then skips loading the programs only the other one uses) and
+ * registers it through a struct_ops link on 6.4+, or by a plain map update
+ * before that.  Both carry the same kernel name.
+ */
+#define CCCTL_STRUCT_OPS(ca_name, cong_control_prog, cong_control_prog_pre610, ...) \
+	SEC(".struct_ops.link")                                                        \
+	struct tcp_congestion_ops ops = {                                              \
+		.cong_control = (void *)cong_control_prog,                             \
+		.name = ca_name,                                                       \
+		__VA_ARGS__                                                            \
+	};                                                                             \
+	SEC(".struct_ops.link")                                                        \
+	struct tcp_congestion_ops ops_pre610 = {                                       \
+		.cong_control = (void *)cong_control_prog_pre610,                      \
+		.name = ca_name,                                                       \
+		__VA_ARGS__                                                            \
+	}
+
+#endif /* __CCCTL_COMMON_H */

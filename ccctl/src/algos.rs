@@ -1,0 +1,64 @@
+//! The congestion controls built into this binary.
+use crate::{
+    error::{Error, Result},
+    loader::{self, Attached, LoadPlan},
+};
+
+/// One algorithm: its names and how to register its embedded BPF object.
+pub struct Algorithm {
+    /// Name on the command line (`ccctl load modest-bbr`).
+    pub name: &'static str,
+    /// Name the kernel registers it under (`iperf3 -C modest_bbr`).
+    pub kernel_name: &'static str,
+    pub summary: &'static str,
+    pub(crate) register: fn(&LoadPlan<'_>) -> Result<Attached>,
+}
+
+/// Open a skeleton, fill in its load-time configuration, and hand it to the
+/// generic registration path. One line per algorithm below.
+macro_rules! skeleton_register {
+    ($skel:ident :: $builder:ident) => {{
+        fn register(plan: &LoadPlan<'_>) -> Result<Attached> {
+            use libbpf_rs::skel::SkelBuilder as _;
+            let mut storage = std::mem::MaybeUninit::uninit();
+            let mut builder = crate::bpf::$skel::$builder::default();
+            builder
+                .obj_builder
+                .btf_custom_path(&plan.kernel.btf_path)
+                .map_err(crate::error::bpf("setting the kernel BTF path"))?;
+            let mut open = builder
+                .open(&mut storage)
+                .map_err(crate::error::bpf(format!("opening the embedded BPF object of {}", plan.algo.name)))?;
+            let rodata = open.maps.rodata_data.as_deref_mut().ok_or_else(|| Error::Bpf {
+                what: "the BPF object has no .rodata".into(),
+                source: libbpf_rs::Error::from_raw_os_error(libc::ENOENT),
+            })?;
+            rodata.ccctl_cfg.kernel_features = plan.kernel.features();
+            rodata.ccctl_cfg.fault_inject = plan.fault_inject;
+            loader::register_skeleton(open, plan)
+        }
+        register
+    }};
+}
+
+pub static ALGORITHMS: &[Algorithm] = &[Algorithm {
+    name: "bbr",
+    kernel_name: "bpf_bbr",
+    summary: "BBR v1 in BPF, our baseline (startup, drain, probe_bw, probe_rtt)",
+    register: skeleton_register!(bbr::BbrSkelBuilder),
+}];
+
+/// Find an algorithm by its user or kernel name.
+pub fn find(name: &str) -> Result<&'static Algorithm> {
+    ALGORITHMS
+        .iter()
+        .find(|a| a.name == name || a.kernel_name == name)
+        .ok_or_else(|| Error::UnknownAlgorithm {
+            name: name.to_string(),
+            known: ALGORITHMS
+                .iter()
+                .map(|a| a.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}

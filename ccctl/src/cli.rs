@@ -1,0 +1,205 @@
+//! The `ccctl` command line.
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    abi, algos, kernel,
+    loader::{self, LoadOptions, LoadOutcome, UnloadOutcome},
+};
+
+#[derive(Debug, Parser)]
+#[command(name = "ccctl", version, about = "Load, tune, trace and measure BPF TCP congestion controls")]
+pub struct Cli {
+    /// More logging (-v: debug, -vv: trace, including libbpf's messages).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Register an algorithm with the kernel and pin it under <bpffs>/ccctl/<algo>/.
+    Load(LoadArgs),
+    /// Unregister an algorithm and remove its pins (safe while flows use it).
+    Unload(UnloadArgs),
+    /// Every algorithm built into this binary, its kernel name, loaded or not.
+    List(JsonArg),
+    /// What is loaded, since when, the kernel version and the ABI in use.
+    Status(JsonArg),
+}
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Algorithm to load (see `ccctl list`).
+    pub algo: String,
+    /// Also make it the system default (net.ipv4.tcp_congestion_control); unload restores the previous one.
+    #[arg(long)]
+    pub default: bool,
+}
+
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct UnloadArgs {
+    /// Algorithm to unload.
+    pub algo: Option<String>,
+    /// Unload every algorithm ccctl has loaded.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Load(args) => load(args),
+        Command::Unload(args) => unload(args),
+        Command::List(args) => list(args),
+        Command::Status(args) => status(args),
+    }
+}
+
+/// Test-only fault injection, from `CCCTL_FAULT_INJECT` (e.g. `verifier`).
+fn fault_inject_from_env() -> Result<u32> {
+    match std::env::var("CCCTL_FAULT_INJECT").ok().as_deref() {
+        None | Some("") => Ok(0),
+        Some("verifier") => Ok(abi::CCCTL_FAULT_VERIFIER),
+        Some(other) => bail!("CCCTL_FAULT_INJECT={other}: allowed values are `verifier` or empty"),
+    }
+}
+
+fn load(args: LoadArgs) -> Result<()> {
+    let algo = algos::find(&args.algo)?;
+    let opts = LoadOptions {
+        set_default: args.default,
+        fault_inject: fault_inject_from_env()?,
+    };
+    match loader::load(algo, &opts)? {
+        LoadOutcome::Loaded { abi, previous_default } => {
+            println!(
+                "loaded {} as `{}` ({}); pinned in {}",
+                algo.name,
+                algo.kernel_name,
+                kernel::describe_abi(abi),
+                loader::pin_dir(algo).display()
+            );
+            if let Some(prev) = previous_default {
+                println!("default congestion control: {prev} -> {} (unload restores {prev})", algo.kernel_name);
+            }
+        }
+        LoadOutcome::AlreadyLoaded { made_default } => {
+            println!("{} is already loaded as `{}`; nothing to do", algo.name, algo.kernel_name);
+            if made_default {
+                println!("made `{}` the default congestion control", algo.kernel_name);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unload(args: UnloadArgs) -> Result<()> {
+    let results = if args.all {
+        loader::unload_all()?
+    } else {
+        let name = args.algo.context("name an algorithm or pass --all")?;
+        let algo = algos::find(&name)?;
+        vec![(algo.name, loader::unload(algo)?)]
+    };
+    if results.is_empty() {
+        println!("nothing is loaded");
+    }
+    for (name, outcome) in results {
+        match outcome {
+            UnloadOutcome::Unloaded { restored_default } => {
+                print!("unloaded {name}");
+                match restored_default {
+                    Some(d) => println!("; default congestion control restored to {d}"),
+                    None => println!(),
+                }
+            }
+            UnloadOutcome::NotLoaded => println!("{name} is not loaded; nothing to do"),
+        }
+    }
+    Ok(())
+}
+
+fn list(args: JsonArg) -> Result<()> {
+    let entries = loader::list()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&entries)?);
+        return Ok(());
+    }
+    println!("{:<14} {:<14} {:<8} DESCRIPTION", "NAME", "KERNEL NAME", "LOADED");
+    for e in entries {
+        println!(
+            "{:<14} {:<14} {:<8} {}",
+            e.name,
+            e.kernel_name,
+            if e.loaded { "yes" } else { "no" },
+            e.summary
+        );
+    }
+    Ok(())
+}
+
+fn status(args: JsonArg) -> Result<()> {
+    let st = loader::status()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+        return Ok(());
+    }
+    println!("kernel:  {}", st.kernel_release);
+    println!("abi:     {}", st.kernel_abi);
+    println!("default: {}", st.default_congestion_control);
+    if st.loaded.is_empty() {
+        println!("loaded:  nothing");
+        return Ok(());
+    }
+    println!();
+    println!("{:<14} {:<14} {:<10} {:<22} {:<8} ABI", "NAME", "KERNEL NAME", "STATE", "LOADED AT (UTC)", "DEFAULT");
+    for l in st.loaded {
+        println!(
+            "{:<14} {:<14} {:<10} {:<22} {:<8} {}",
+            l.name,
+            l.kernel_name,
+            if l.registered { "loaded" } else { "stale-pins" },
+            format!("{} ({})", utc(l.loaded_at_unix_s), ago(l.loaded_for_s)),
+            if l.is_default { "yes" } else { "no" },
+            l.abi
+        );
+    }
+    Ok(())
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC.
+fn utc(unix_s: u64) -> String {
+    let t = unix_s as libc::time_t;
+    // SAFETY: gmtime_r fills the tm we pass.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
+        return unix_s.to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+fn ago(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s}s ago"),
+        60..=3599 => format!("{}m ago", s / 60),
+        _ => format!("{}h{}m ago", s / 3600, (s % 3600) / 60),
+    }
+}

@@ -1,0 +1,72 @@
+//! Library errors. Each names what was wrong and what is allowed, so the CLI
+//! can print it as it is; nothing has been changed when one is returned.
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("unknown algorithm `{name}`; known algorithms: {known}")]
+    UnknownAlgorithm { name: String, known: String },
+
+    #[error(
+        "insufficient privileges: missing {missing}; run as root or grant CAP_BPF and CAP_NET_ADMIN \
+         (CAP_SYS_ADMIN also covers CAP_BPF)"
+    )]
+    NotPrivileged { missing: String },
+
+    #[error(
+        "no kernel BTF at {path}: ccctl needs a kernel built with CONFIG_DEBUG_INFO_BTF=y \
+         ({detail})"
+    )]
+    NoBtf { path: PathBuf, detail: String },
+
+    #[error(
+        "this kernel cannot run BPF congestion controls: its BTF ({path}) has no `{missing}` \
+         (needs CONFIG_BPF_JIT, CONFIG_BPF_SYSCALL and struct_ops support for tcp_congestion_ops, Linux 5.6+)"
+    )]
+    NoStructOps { path: PathBuf, missing: String },
+
+    #[error(
+        "bpffs is not mounted at {path}; mount it with `mount -t bpf bpf {path}` \
+         (or set CCCTL_BPFFS to where it is mounted)"
+    )]
+    BpffsNotMounted { path: PathBuf },
+
+    #[error("the kernel's verifier rejected `{algo}`:\n{log_tail}")]
+    VerifierRejected { algo: String, log_tail: String },
+
+    #[error(
+        "`{kernel_name}` is registered in the kernel but not by ccctl (no pins under {pin_dir}); \
+         remove it with `bpftool struct_ops unregister name {kernel_name}` and try again"
+    )]
+    ForeignRegistration { kernel_name: String, pin_dir: PathBuf },
+
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{what}: {source}")]
+    Bpf {
+        what: String,
+        #[source]
+        source: libbpf_rs::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attach a description to an I/O error.
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Attach a description to a libbpf error.
+pub(crate) fn bpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Bpf { what, source }
+}

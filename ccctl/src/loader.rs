@@ -1,0 +1,597 @@
+//! Registering our congestion controls with the kernel and taking them out.
+//!
+//! A loaded algorithm is a directory of pins, `<bpffs>/ccctl/<name>/`:
+//!   `link`  the struct_ops link (6.4+), whose existence keeps it registered;
+//!   `ops`   the struct_ops map instead, on kernels without links (< 6.4),
+//!           where registration outlives every fd until the entry is deleted;
+//!   `meta`  bookkeeping (`struct ccctl_meta`): when, how, and the default
+//!           congestion control to restore on unload.
+//! Those pins are the whole state: `status` and `unload` read nothing else.
+use std::{
+    ffi::OsStr,
+    fs,
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use libbpf_rs::{
+    skel::{OpenSkel, Skel},
+    Link, MapCore, MapFlags, MapHandle, PrintLevel,
+};
+use serde::Serialize;
+
+use crate::{
+    abi,
+    algos::{self, Algorithm},
+    error::{bpf, io, Error, Result},
+    kernel::{self, Kernel},
+};
+
+const BPF_F_LINK: u32 = 1 << 13;
+const MAP_OPS: &str = "ops";
+const MAP_OPS_PRE610: &str = "ops_pre610";
+const MAP_META: &str = "meta";
+const PIN_LINK: &str = "link";
+
+/// `<bpffs>/ccctl`, the root of all our pins.
+pub fn pin_root() -> PathBuf {
+    kernel::bpffs_root().join("ccctl")
+}
+
+pub fn pin_dir(algo: &Algorithm) -> PathBuf {
+    pin_root().join(algo.name)
+}
+
+/// Everything the generic registration path needs to know.
+pub struct LoadPlan<'a> {
+    pub algo: &'a Algorithm,
+    pub kernel: &'a Kernel,
+    pub pin_dir: PathBuf,
+    pub fault_inject: u32,
+}
+
+/// Proof that an algorithm was registered and pinned.
+pub struct Attached {
+    pub abi: u32,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct LoadOptions {
+    /// Also make it the system default (`net.ipv4.tcp_congestion_control`).
+    pub set_default: bool,
+    /// `CCCTL_FAULT_*` bits (tests only).
+    pub fault_inject: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadOutcome {
+    Loaded { abi: u32, previous_default: Option<String> },
+    AlreadyLoaded { made_default: bool },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnloadOutcome {
+    Unloaded { restored_default: Option<String> },
+    NotLoaded,
+}
+
+/// Register `algo` with the kernel and pin it so it outlives this process.
+pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
+    let kernel = preflight()?;
+    let dir = pin_dir(algo);
+    let _signals = SignalsDeferred::new();
+
+    if kernel::is_registered(algo.kernel_name)? {
+        if !has_registration_pin(&dir) {
+            return Err(Error::ForeignRegistration {
+                kernel_name: algo.kernel_name.into(),
+                pin_dir: dir,
+            });
+        }
+        let mut made_default = false;
+        if opts.set_default && kernel::default_congestion_control()? != algo.kernel_name {
+            let mut meta = read_meta(&dir)?;
+            let previous = kernel::default_congestion_control()?;
+            kernel::set_default_congestion_control(algo.kernel_name)?;
+            meta.set_default = 1;
+            meta.prev_default_cc = name_to_c(&previous);
+            write_meta(&dir, &meta)?;
+            made_default = true;
+        }
+        return Ok(LoadOutcome::AlreadyLoaded { made_default });
+    }
+    // Pins without a registration: left by a crash or a reboot of bpffs' view. Start clean.
+    if dir.exists() {
+        tracing::warn!("removing stale pins in {}", dir.display());
+        remove_pins(&dir)?;
+    }
+
+    let plan = LoadPlan {
+        algo,
+        kernel: &kernel,
+        pin_dir: dir.clone(),
+        fault_inject: opts.fault_inject,
+    };
+    let attached = (algo.register)(&plan)?;
+
+    let mut previous_default = None;
+    if opts.set_default {
+        let result = (|| {
+            let previous = kernel::default_congestion_control()?;
+            kernel::set_default_congestion_control(algo.kernel_name)?;
+            let mut meta = read_meta(&dir)?;
+            meta.set_default = 1;
+            meta.prev_default_cc = name_to_c(&previous);
+            write_meta(&dir, &meta)?;
+            Ok(previous)
+        })();
+        match result {
+            Ok(prev) => previous_default = Some(prev),
+            Err(e) => {
+                // Leave nothing half-done: take the registration back out.
+                let _ = unregister(&dir);
+                return Err(e);
+            }
+        }
+    }
+    Ok(LoadOutcome::Loaded {
+        abi: attached.abi,
+        previous_default,
+    })
+}
+
+/// Unregister `algo` and remove its pins, restoring the default congestion
+/// control if `load --default` changed it. Safe while flows use it: sockets
+/// keep a reference to the ops they started with and finish on it.
+pub fn unload(algo: &Algorithm) -> Result<UnloadOutcome> {
+    kernel::check_privileges()?;
+    let dir = pin_dir(algo);
+    let _signals = SignalsDeferred::new();
+
+    if !dir.exists() {
+        if kernel::is_registered(algo.kernel_name)? {
+            return Err(Error::ForeignRegistration {
+                kernel_name: algo.kernel_name.into(),
+                pin_dir: dir,
+            });
+        }
+        return Ok(UnloadOutcome::NotLoaded);
+    }
+
+    let mut restored_default = None;
+    if let Ok(meta) = read_meta(&dir) {
+        if meta.set_default != 0 && kernel::default_congestion_control()? == algo.kernel_name {
+            let mut previous = c_to_name(&meta.prev_default_cc);
+            if previous.is_empty() || !kernel::is_registered(&previous)? {
+                previous = "cubic".into();
+            }
+            kernel::set_default_congestion_control(&previous)?;
+            restored_default = Some(previous);
+        }
+    }
+    // The default may also have been pointed at us by hand; never leave it dangling.
+    if restored_default.is_none() && kernel::default_congestion_control()? == algo.kernel_name {
+        kernel::set_default_congestion_control("cubic")?;
+        restored_default = Some("cubic".into());
+    }
+
+    unregister(&dir)?;
+    wait_unregistered(algo.kernel_name)?;
+    Ok(UnloadOutcome::Unloaded { restored_default })
+}
+
+/// Unload every algorithm that has pins.
+pub fn unload_all() -> Result<Vec<(&'static str, UnloadOutcome)>> {
+    let mut out = Vec::new();
+    for algo in algos::ALGORITHMS {
+        if pin_dir(algo).exists() {
+            out.push((algo.name, unload(algo)?));
+        }
+    }
+    Ok(out)
+}
+
+/// Checks every load makes before touching anything.
+fn preflight() -> Result<Kernel> {
+    kernel::check_privileges()?;
+    let kernel = Kernel::probe()?;
+    kernel::check_bpffs(&kernel::bpffs_root())?;
+    Ok(kernel)
+}
+
+fn has_registration_pin(dir: &Path) -> bool {
+    dir.join(PIN_LINK).exists() || dir.join(MAP_OPS).exists()
+}
+
+/// The generic half of registration, shared by every algorithm's skeleton.
+pub(crate) fn register_skeleton<'o, S>(mut open: S, plan: &LoadPlan<'_>) -> Result<Attached>
+where
+    S: OpenSkel<'o>,
+    S::Output: Skel<'o>,
+{
+    let kernel = plan.kernel;
+    // One object, two registrations: create the one whose cong_control
+    // prototype matches this kernel; libbpf then skips the other's programs.
+    let (wanted, unwanted) = if kernel.cong_control_4arg {
+        (MAP_OPS, MAP_OPS_PRE610)
+    } else {
+        (MAP_OPS_PRE610, MAP_OPS)
+    };
+    for mut map in open.open_object_mut().maps_mut() {
+        if map.name() == OsStr::new(unwanted) {
+            map.set_autocreate(false).map_err(bpf("disabling the unused struct_ops map"))?;
+        } else if map.name() == OsStr::new(wanted) && !kernel.struct_ops_link {
+            // Before 6.4 a struct_ops map must not carry BPF_F_LINK.
+            let flags = map.map_flags() & !BPF_F_LINK;
+            map.set_map_flags(flags).map_err(bpf("clearing BPF_F_LINK"))?;
+        }
+    }
+
+    let log = LibbpfLog::capture();
+    let mut skel = open.load().map_err(|e| log.load_error(plan.algo, e))?;
+    drop(log);
+
+    let object = skel.object_mut();
+    let mut maps: Vec<_> = object.maps_mut().collect();
+    let ops_idx = maps
+        .iter()
+        .position(|m| m.name() == OsStr::new(wanted))
+        .ok_or_else(|| missing_map(wanted))?;
+    // Registration happens here; until `disconnect` below, dropping `link`
+    // unregisters again, so every early return leaves the kernel as it was.
+    let mut link = maps[ops_idx]
+        .attach_struct_ops()
+        .map_err(bpf(format!("registering {} with the kernel", plan.algo.kernel_name)))?;
+
+    let mut pin = || -> Result<()> {
+        fs::create_dir_all(&plan.pin_dir).map_err(io(format!("creating {}", plan.pin_dir.display())))?;
+        if kernel.struct_ops_link {
+            link.pin(plan.pin_dir.join(PIN_LINK)).map_err(bpf("pinning the struct_ops link"))?;
+        } else {
+            maps[ops_idx]
+                .pin(plan.pin_dir.join(MAP_OPS))
+                .map_err(bpf("pinning the struct_ops map"))?;
+        }
+        let meta_idx = maps
+            .iter()
+            .position(|m| m.name() == OsStr::new(MAP_META))
+            .ok_or_else(|| missing_map(MAP_META))?;
+        maps[meta_idx]
+            .pin(plan.pin_dir.join(MAP_META))
+            .map_err(bpf("pinning the meta map"))?;
+        Ok(())
+    };
+    if let Err(e) = pin() {
+        let _ = remove_pins(&plan.pin_dir);
+        return Err(e); // `link` drops here and unregisters
+    }
+    let meta = abi::ccctl_meta {
+        loaded_at_unix_ns: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+        abi: kernel.abi(),
+        kernel_features: kernel.features(),
+        ..Default::default()
+    };
+    if let Err(e) = write_meta(&plan.pin_dir, &meta) {
+        let _ = remove_pins(&plan.pin_dir);
+        return Err(e);
+    }
+    link.disconnect();
+    Ok(Attached { abi: kernel.abi() })
+}
+
+fn missing_map(name: &str) -> Error {
+    Error::Bpf {
+        what: format!("the BPF object has no `{name}` map"),
+        source: libbpf_rs::Error::from_raw_os_error(libc::ENOENT),
+    }
+}
+
+/// Take a registration out of the kernel and remove its pins.
+fn unregister(dir: &Path) -> Result<()> {
+    let link_pin = dir.join(PIN_LINK);
+    let ops_pin = dir.join(MAP_OPS);
+    if link_pin.exists() {
+        let link = Link::open(&link_pin).map_err(bpf(format!("opening {}", link_pin.display())))?;
+        // BPF_LINK_DETACH unregisters at once where supported (6.9+); elsewhere
+        // the registration ends when the last reference, the pin, goes.
+        if let Err(e) = link.detach() {
+            tracing::debug!("link detach not supported here ({e}); dropping the pin instead");
+        }
+        drop(link);
+    } else if ops_pin.exists() {
+        let map = MapHandle::from_pinned_path(&ops_pin).map_err(bpf(format!("opening {}", ops_pin.display())))?;
+        map.delete(&0u32.to_ne_bytes())
+            .map_err(bpf("unregistering the struct_ops map"))?;
+    }
+    remove_pins(dir)
+}
+
+/// Remove a pin directory, and the ccctl root if it is then empty.
+fn remove_pins(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
+    }
+    if let Some(root) = dir.parent() {
+        let _ = fs::remove_dir(root); // only succeeds when empty
+    }
+    Ok(())
+}
+
+/// Unregistration through a dropped link completes when its last reference
+/// goes; give the kernel a moment, then say so if it is still there.
+fn wait_unregistered(kernel_name: &str) -> Result<()> {
+    for _ in 0..50 {
+        if !kernel::is_registered(kernel_name)? {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(Error::Io {
+        what: format!("{kernel_name} is still registered after its pins were removed; another process may hold its link"),
+        source: std::io::Error::from_raw_os_error(libc::EBUSY),
+    })
+}
+
+fn read_meta(dir: &Path) -> Result<abi::ccctl_meta> {
+    let path = dir.join(MAP_META);
+    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    let bytes = map
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .map_err(bpf("reading the meta map"))?
+        .unwrap_or_default();
+    if bytes.len() < std::mem::size_of::<abi::ccctl_meta>() {
+        return Ok(abi::ccctl_meta::default());
+    }
+    // SAFETY: ccctl_meta is plain old data generated from the ABI header and
+    // the map's value size is that struct's size.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<abi::ccctl_meta>()) })
+}
+
+fn write_meta(dir: &Path, meta: &abi::ccctl_meta) -> Result<()> {
+    let path = dir.join(MAP_META);
+    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    // SAFETY: plain old data without implicit padding (see the ABI header).
+    let bytes = unsafe {
+        std::slice::from_raw_parts((meta as *const abi::ccctl_meta).cast::<u8>(), std::mem::size_of::<abi::ccctl_meta>())
+    };
+    map.update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
+        .map_err(bpf("writing the meta map"))
+}
+
+fn name_to_c(name: &str) -> [libc::c_char; abi::CCCTL_CA_NAME_MAX as usize] {
+    let mut out = [0 as libc::c_char; abi::CCCTL_CA_NAME_MAX as usize];
+    for (dst, src) in out.iter_mut().zip(name.bytes().take(abi::CCCTL_CA_NAME_MAX as usize - 1)) {
+        *dst = src as libc::c_char;
+    }
+    out
+}
+
+fn c_to_name(raw: &[libc::c_char]) -> String {
+    raw.iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect()
+}
+
+// ---- status and list ------------------------------------------------------
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub kernel_release: String,
+    /// ABI ccctl uses on this kernel.
+    pub kernel_abi: String,
+    pub default_congestion_control: String,
+    pub loaded: Vec<LoadedStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LoadedStatus {
+    pub name: &'static str,
+    pub kernel_name: &'static str,
+    /// Still registered in the kernel (false means stale pins).
+    pub registered: bool,
+    pub loaded_at_unix_s: u64,
+    pub loaded_for_s: u64,
+    /// ABI chosen when it was loaded.
+    pub abi: String,
+    pub is_default: bool,
+    /// What `unload` will restore, if `load --default` changed the default.
+    pub restores_default: Option<String>,
+    pub pin_dir: PathBuf,
+}
+
+pub fn status() -> Result<Status> {
+    let kernel = Kernel::probe()?;
+    let default = kernel::default_congestion_control()?;
+    let mut loaded = Vec::new();
+    for algo in algos::ALGORITHMS {
+        let dir = pin_dir(algo);
+        if !dir.exists() {
+            continue;
+        }
+        let meta = read_meta(&dir).unwrap_or_default();
+        let loaded_at_unix_s = meta.loaded_at_unix_ns / 1_000_000_000;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        loaded.push(LoadedStatus {
+            name: algo.name,
+            kernel_name: algo.kernel_name,
+            registered: kernel::is_registered(algo.kernel_name)?,
+            loaded_at_unix_s,
+            loaded_for_s: now.saturating_sub(loaded_at_unix_s),
+            abi: kernel::describe_abi(meta.abi),
+            is_default: default == algo.kernel_name,
+            restores_default: (meta.set_default != 0).then(|| c_to_name(&meta.prev_default_cc)),
+            pin_dir: dir,
+        });
+    }
+    Ok(Status {
+        kernel_release: kernel.release.clone(),
+        kernel_abi: kernel::describe_abi(kernel.abi()),
+        default_congestion_control: default,
+        loaded,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct ListEntry {
+    pub name: &'static str,
+    pub kernel_name: &'static str,
+    pub loaded: bool,
+    pub summary: &'static str,
+}
+
+pub fn list() -> Result<Vec<ListEntry>> {
+    let available = kernel::available_congestion_controls()?;
+    Ok(algos::ALGORITHMS
+        .iter()
+        .map(|a| ListEntry {
+            name: a.name,
+            kernel_name: a.kernel_name,
+            loaded: available.iter().any(|n| n == a.kernel_name) && pin_dir(a).exists(),
+            summary: a.summary,
+        })
+        .collect())
+}
+
+// ---- libbpf's log, for verifier rejections ----------------------------------
+
+static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn libbpf_print(level: PrintLevel, msg: String) {
+    tracing::debug!(target: "libbpf", "{}", msg.trim_end());
+    if let Ok(mut log) = LIBBPF_LOG.lock() {
+        log.extend(msg.lines().map(str::to_string));
+        let _ = level;
+    }
+}
+
+/// Collects libbpf's messages while an object loads.
+struct LibbpfLog;
+
+impl LibbpfLog {
+    fn capture() -> Self {
+        if let Ok(mut log) = LIBBPF_LOG.lock() {
+            log.clear();
+        }
+        libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_print)));
+        LibbpfLog
+    }
+
+    /// Turn a load failure into an error carrying the verifier's last words.
+    fn load_error(&self, algo: &Algorithm, err: libbpf_rs::Error) -> Error {
+        let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
+        match verifier_tail(&log, 20) {
+            Some(tail) => Error::VerifierRejected {
+                algo: algo.name.into(),
+                log_tail: tail,
+            },
+            None => {
+                let tail: Vec<_> = log.iter().rev().take(10).rev().cloned().collect();
+                Error::Bpf {
+                    what: format!("loading {} failed\n{}", algo.name, tail.join("\n")),
+                    source: err,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LibbpfLog {
+    fn drop(&mut self) {
+        libbpf_rs::set_print(None);
+    }
+}
+
+/// The last `n` lines of the verifier log libbpf printed, plus the line
+/// naming the program that failed.
+fn verifier_tail(log: &[String], n: usize) -> Option<String> {
+    let begin = log.iter().rposition(|l| l.contains("-- BEGIN PROG LOAD LOG --"))?;
+    let end = log[begin..]
+        .iter()
+        .position(|l| l.contains("-- END PROG LOAD LOG --"))
+        .map(|e| begin + e)
+        .unwrap_or(log.len());
+    let body = &log[begin + 1..end];
+    let skip = body.len().saturating_sub(n);
+    let mut out: Vec<String> = Vec::new();
+    if let Some(head) = log[..begin].iter().rev().find(|l| l.contains("prog '")) {
+        out.push(head.trim().to_string());
+    }
+    out.extend(body[skip..].iter().map(|l| format!("  {}", l.trim_end())));
+    Some(out.join("\n"))
+}
+
+// ---- signals ------------------------------------------------------------------
+
+/// Holds SIGINT/SIGTERM/SIGHUP while registration state changes, so Ctrl-C
+/// lands before or after a load or unload, never halfway through one.
+struct SignalsDeferred {
+    old: libc::sigset_t,
+}
+
+impl SignalsDeferred {
+    fn new() -> Self {
+        // SAFETY: plain sigset manipulation on this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGHUP);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SignalsDeferred { old }
+        }
+    }
+}
+
+impl Drop for SignalsDeferred {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifier_tail_keeps_the_end_of_the_log_and_the_program() {
+        let log: Vec<String> = [
+            "libbpf: prog 'bbr_init': BPF program load failed: Permission denied",
+            "libbpf: prog 'bbr_init': -- BEGIN PROG LOAD LOG --",
+            "0: R1=ctx() R10=fp0",
+            "1: (79) r6 = *(u64 *)(r1 +0)",
+            "no write support to tcp_sock at off 1456",
+            "-- END PROG LOAD LOG --",
+            "libbpf: failed to load object",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let tail = verifier_tail(&log, 2).expect("log has a verifier section");
+        assert!(tail.starts_with("libbpf: prog 'bbr_init'"));
+        assert!(tail.contains("no write support to tcp_sock"));
+        assert!(!tail.contains("R10=fp0"), "only the last 2 lines: {tail}");
+    }
+
+    #[test]
+    fn verifier_tail_is_none_without_a_verifier_log() {
+        let log = vec!["libbpf: failed to find BTF for extern".to_string()];
+        assert!(verifier_tail(&log, 5).is_none());
+    }
+
+    #[test]
+    fn kernel_names_round_trip_through_c_strings() {
+        assert_eq!(c_to_name(&name_to_c("cubic")), "cubic");
+        let long = "a_name_longer_than_sixteen";
+        assert_eq!(c_to_name(&name_to_c(long)).len(), 15);
+    }
+}

@@ -1,0 +1,113 @@
+//! Load/unload behaviour and error paths, asserted the same way on the host
+//! kernel (6.18) and in the VM (6.1).
+use super::*;
+
+/// `ccctl load bbr` registers bpf_bbr and pins it; `unload` takes both away.
+pub fn load_registers_and_unload_removes(expect_link: bool) {
+    let _clean = Clean::new();
+    assert!(!registered("bpf_bbr"), "bpf_bbr registered before the test");
+
+    let out = ccctl(&["load", "bbr"]).ok();
+    assert!(out.stdout.contains("loaded bbr as `bpf_bbr`"), "{}", out.stdout);
+    assert!(registered("bpf_bbr"), "bpf_bbr not in tcp_available_congestion_control: {:?}", available());
+    let dir = pin_root().join("bbr");
+    assert!(dir.join("meta").exists(), "meta map not pinned");
+    if expect_link {
+        assert!(dir.join("link").exists(), "struct_ops link not pinned on a 6.4+ kernel");
+    } else {
+        assert!(dir.join("ops").exists(), "struct_ops map not pinned on a pre-6.4 kernel");
+    }
+
+    let status = ccctl(&["status", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&status.stdout).expect("status --json is JSON");
+    let loaded = v["loaded"].as_array().expect("loaded array");
+    assert_eq!(loaded.len(), 1, "{v}");
+    assert_eq!(loaded[0]["kernel_name"], "bpf_bbr");
+    assert_eq!(loaded[0]["registered"], true);
+    let abi = loaded[0]["abi"].as_str().unwrap_or_default();
+    assert_eq!(abi.contains("struct_ops link"), expect_link, "abi: {abi}");
+
+    let list = ccctl(&["list", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&list.stdout).expect("list --json is JSON");
+    let bbr = v.as_array().and_then(|a| a.iter().find(|e| e["name"] == "bbr")).expect("bbr listed");
+    assert_eq!(bbr["loaded"], true);
+
+    ccctl(&["unload", "bbr"]).ok();
+    assert!(!registered("bpf_bbr"), "bpf_bbr still registered after unload");
+    assert!(!pin_root().exists(), "pins left behind: {:?}", snapshot());
+}
+
+/// Loading twice is not an error; unloading twice neither.
+pub fn load_twice_is_ok() {
+    let _clean = Clean::new();
+    ccctl(&["load", "bbr"]).ok();
+    let again = ccctl(&["load", "bbr"]).ok();
+    assert!(again.stdout.contains("already loaded"), "{}", again.stdout);
+    assert!(registered("bpf_bbr"));
+    ccctl(&["unload", "bbr"]).ok();
+    let again = ccctl(&["unload", "bbr"]).ok();
+    assert!(again.stdout.contains("not loaded"), "{}", again.stdout);
+}
+
+/// `--default` switches the sysctl and `unload` puts the old value back.
+pub fn default_is_set_and_restored() {
+    let _clean = Clean::new();
+    let before = default_cc();
+    assert_ne!(before, "bpf_bbr");
+    ccctl(&["load", "bbr", "--default"]).ok();
+    assert_eq!(default_cc(), "bpf_bbr");
+    let st = ccctl(&["status", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&st.stdout).unwrap_or_default();
+    assert_eq!(v["loaded"][0]["restores_default"], serde_json::Value::String(before.clone()), "{v}");
+    let out = ccctl(&["unload", "bbr"]).ok();
+    assert!(out.stdout.contains(&format!("restored to {before}")), "{}", out.stdout);
+    assert_eq!(default_cc(), before);
+}
+
+/// Every refusal names the problem and leaves the machine as it was.
+pub fn errors_are_clear_and_change_nothing() {
+    let _clean = Clean::new();
+    let dir = tempdir("errors");
+    let before = snapshot();
+
+    ccctl(&["load", "nosuch"]).failed_with(&["unknown algorithm `nosuch`", "known algorithms: bbr"]);
+    assert_eq!(snapshot(), before);
+
+    ccctl_env(&["load", "bbr"], &[("CCCTL_VMLINUX_BTF", "/nonexistent/vmlinux")])
+        .failed_with(&["no kernel BTF at /nonexistent/vmlinux", "CONFIG_DEBUG_INFO_BTF"]);
+    assert_eq!(snapshot(), before);
+
+    let btf = btf_without_struct_ops(&dir);
+    ccctl_env(&["load", "bbr"], &[("CCCTL_VMLINUX_BTF", btf.to_str().unwrap_or_default())])
+        .failed_with(&["cannot run BPF congestion controls", "bpf_struct_ops_tcp_congestion_ops"]);
+    assert_eq!(snapshot(), before);
+
+    let not_bpffs = dir.to_str().unwrap_or_default();
+    ccctl_env(&["load", "bbr"], &[("CCCTL_BPFFS", not_bpffs)])
+        .failed_with(&["bpffs is not mounted at", "mount -t bpf bpf"]);
+    assert_eq!(snapshot(), before);
+
+    let out = ccctl_env(&["load", "bbr"], &[("CCCTL_FAULT_INJECT", "verifier")])
+        .failed_with(&["verifier rejected `bbr`", "no write support to tcp_sock"]);
+    assert!(out.stderr.lines().count() <= 40, "verifier tail should be short:\n{}", out.stderr);
+    assert_eq!(snapshot(), before);
+
+    // Without root: drop to nobody with no capabilities.
+    let bin = ccctl_bin();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(&bin)
+        .args(["load", "bbr"])
+        .output()
+        .expect("running setpriv");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("insufficient privileges") && stderr.contains("CAP_BPF"), "{stderr}");
+    assert_eq!(snapshot(), before);
+
+    // Flags: clap names the problem.
+    ccctl(&["unload"]).failed_with(&["--all"]);
+    ccctl(&["load"]).failed_with(&["<ALGO>"]);
+    assert_eq!(snapshot(), before);
+    let _ = fs::remove_dir_all(dir);
+}

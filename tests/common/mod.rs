@@ -1,0 +1,185 @@
+//! Shared by the host and VM test binaries: running the `ccctl` binary,
+//! reading kernel state, and guards that leave the machine as they found it.
+#![allow(dead_code)]
+
+pub mod lifecycle;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+/// The ccctl binary under test: `CCCTL_BIN` (set by `cargo xtask test`), else
+/// the workspace's debug build.
+pub fn ccctl_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CCCTL_BIN") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/ccctl")
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    #[track_caller]
+    pub fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "ccctl failed:\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
+        self
+    }
+
+    #[track_caller]
+    pub fn failed_with(self, needles: &[&str]) -> Run {
+        assert_ne!(self.code, 0, "ccctl should have failed; stdout: {}", self.stdout);
+        for n in needles {
+            assert!(self.stderr.contains(n), "stderr lacks {n:?}:\n{}", self.stderr);
+        }
+        self
+    }
+}
+
+/// Run ccctl with arguments and extra environment.
+pub fn ccctl_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(ccctl_bin());
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Run::from(cmd.output().expect("running ccctl"))
+}
+
+pub fn ccctl(args: &[&str]) -> Run {
+    ccctl_env(args, &[])
+}
+
+pub fn available() -> Vec<String> {
+    fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .expect("reading tcp_available_congestion_control")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn registered(kernel_name: &str) -> bool {
+    available().iter().any(|n| n == kernel_name)
+}
+
+pub fn default_cc() -> String {
+    fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("reading tcp_congestion_control")
+        .trim()
+        .to_string()
+}
+
+pub fn set_default_cc(name: &str) {
+    fs::write("/proc/sys/net/ipv4/tcp_congestion_control", name).expect("writing tcp_congestion_control");
+}
+
+pub fn pin_root() -> PathBuf {
+    PathBuf::from("/sys/fs/bpf/ccctl")
+}
+
+/// Everything the kernel and bpffs say about our state, to prove a failed
+/// command changed nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    available: Vec<String>,
+    default: String,
+    pins: Vec<String>,
+}
+
+pub fn snapshot() -> Snapshot {
+    let mut pins = Vec::new();
+    if let Ok(rd) = fs::read_dir(pin_root()) {
+        for e in rd.flatten() {
+            pins.push(e.file_name().to_string_lossy().into_owned());
+            if let Ok(sub) = fs::read_dir(e.path()) {
+                pins.extend(sub.flatten().map(|s| format!("{}/{}", e.file_name().to_string_lossy(), s.file_name().to_string_lossy())));
+            }
+        }
+    }
+    pins.sort();
+    Snapshot {
+        available: available(),
+        default: default_cc(),
+        pins,
+    }
+}
+
+/// Mount bpffs if this machine (or VM) has not; tests need it like users do.
+pub fn ensure_bpffs() {
+    let mounted = fs::read_to_string("/proc/self/mounts")
+        .map(|m| m.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf ")))
+        .unwrap_or(false);
+    if !mounted {
+        let st = Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]).status().expect("mount bpffs");
+        assert!(st.success(), "mounting bpffs failed");
+    }
+}
+
+/// Unloads everything and restores the default congestion control when a
+/// test ends, pass or fail.
+pub struct Clean {
+    default: String,
+}
+
+impl Clean {
+    pub fn new() -> Clean {
+        ensure_bpffs();
+        let _ = ccctl(&["unload", "--all"]);
+        Clean { default: default_cc() }
+    }
+}
+
+impl Drop for Clean {
+    fn drop(&mut self) {
+        let _ = ccctl(&["unload", "--all"]);
+        if default_cc() != self.default && registered(&self.default) {
+            set_default_cc(&self.default);
+        }
+    }
+}
+
+/// A raw BTF blob holding a single `int` type: a kernel that has BTF but no
+/// BPF struct_ops at all.
+pub fn btf_without_struct_ops(dir: &Path) -> PathBuf {
+    let strings = b"\0int\0";
+    let mut types = Vec::new();
+    types.extend_from_slice(&1u32.to_le_bytes()); // name_off -> "int"
+    types.extend_from_slice(&(1u32 << 24).to_le_bytes()); // kind INT, vlen 0
+    types.extend_from_slice(&4u32.to_le_bytes()); // size
+    types.extend_from_slice(&32u32.to_le_bytes()); // encoding 0, offset 0, 32 bits
+    let mut btf = Vec::new();
+    btf.extend_from_slice(&0xeb9fu16.to_le_bytes()); // magic
+    btf.push(1); // version
+    btf.push(0); // flags
+    btf.extend_from_slice(&24u32.to_le_bytes()); // hdr_len
+    btf.extend_from_slice(&0u32.to_le_bytes()); // type_off
+    btf.extend_from_slice(&(types.len() as u32).to_le_bytes()); // type_len
+    btf.extend_from_slice(&(types.len() as u32).to_le_bytes()); // str_off
+    btf.extend_from_slice(&(strings.len() as u32).to_le_bytes()); // str_len
+    btf.extend_from_slice(&types);
+    btf.extend_from_slice(strings);
+    let path = dir.join("no_struct_ops.btf");
+    fs::write(&path, btf).expect("writing BTF fixture");
+    path
+}
+
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ccctl-test-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).expect("creating temp dir");
+    d
+}

@@ -1,0 +1,57 @@
+//! `cargo xtask`: developer tasks for ccctl.
+
+mod demo;
+mod proc;
+mod setup;
+mod test;
+mod vm;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "ccctl developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what this Debian 12 machine lacks (apt packages, virtme-ng venv)
+    Setup {
+        /// Only report what is missing; exit non-zero if anything is
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run a command inside a virtme-ng VM booting Debian's 6.1 kernel (TCG)
+    Vm(vm::VmArgs),
+    /// Build ccctl and run every test: host tests, then VM tests in one VM boot
+    Test(test::TestArgs),
+    /// Load bpf_bbr with ccctl and run an iperf3 flow through a namespace testbed
+    Demo,
+}
+
+fn main() -> ExitCode {
+    proc::install_signal_handlers();
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Setup { check } => setup::main(check),
+        Cmd::Vm(args) => vm::main(args),
+        Cmd::Test(args) => test::main(args),
+        Cmd::Demo => demo::main(),
+    };
+    let code = match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            if proc::interrupted() {
+                proc::EXIT_INTERRUPTED
+            } else {
+                1
+            }
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}

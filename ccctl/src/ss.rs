@@ -8,13 +8,32 @@
 //! token (after the `ts sack ecn ecnseen fastopen` flags); BPF struct_ops
 //! CCs appear there under their registered name.
 
+use std::fs::File;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::testbed::{self, ns_exec};
+use crate::testbed::{self, run};
+
+/// Moves the calling thread into network namespace `ns` (/run/netns/<ns>).
+fn enter_netns(ns: &str) -> Result<(), testbed::Error> {
+    let path = Path::new("/run/netns").join(ns);
+    let io = |source| testbed::Error::Io {
+        what: format!("entering network namespace {}", path.display()),
+        source,
+    };
+    let f = File::open(&path).map_err(io)?;
+    // SAFETY: setns on a valid fd; CLONE_NEWNET only affects this thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -304,27 +323,43 @@ fn unix_now() -> f64 {
 }
 
 impl SsSampler {
-    /// Starts sampling in namespace `ns`. Runs ss once synchronously so a
-    /// broken namespace or missing ss fails here rather than silently.
+    /// Starts sampling in namespace `ns` (a name under /run/netns, e.g.
+    /// `Testbed::ns(role)`). Runs ss once before returning so a broken
+    /// namespace or missing ss fails here rather than silently.
     pub fn start(ns: &str, cfg: SamplerConfig) -> Result<Self> {
-        let mut argv: Vec<String> = vec!["ss".into(), "-tinH".into()];
+        let mut argv: Vec<String> = vec!["-tinH".into()];
         argv.extend(cfg.filter.iter().cloned());
-        ns_exec(ns, &argv)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let ns = ns.to_string();
         let interval = cfg.interval.max(Duration::from_millis(1));
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), testbed::Error>>();
         let handle = std::thread::Builder::new()
             .name(format!("ss-{ns}"))
             .spawn(move || {
                 let mut s = Samples::default();
+                // This thread joins the namespace once; every `ss` it spawns
+                // inherits it. Far cheaper per tick than `ip netns exec`
+                // (which also unshares a mount namespace and remounts /sys):
+                // it matters under TCG, where each exec costs ~0.1-1 s.
+                if let Err(e) = enter_netns(&ns) {
+                    let _ = ready_tx.send(Err(e));
+                    return s;
+                }
+                let ss = || run(Command::new("ss").args(&argv));
+                // First run synchronously: a broken ns or missing ss fails start().
+                if let Err(e) = ss() {
+                    let _ = ready_tx.send(Err(e));
+                    return s;
+                }
+                let _ = ready_tx.send(Ok(()));
                 let t0 = Instant::now();
                 let mut k: u32 = 0;
                 while !stop2.load(Ordering::Relaxed) {
                     let t = t0.elapsed();
                     let unix = unix_now();
                     s.ticks += 1;
-                    match ns_exec(&ns, &argv) {
+                    match ss() {
                         Ok(out) => {
                             for sock in parse_ss(&String::from_utf8_lossy(&out.stdout)) {
                                 s.records.push(SsRecord { t, unix, sock });
@@ -351,10 +386,15 @@ impl SsSampler {
                 s
             })
             .map_err(Error::Thread)?;
-        Ok(SsSampler {
+        let sampler = SsSampler {
             stop,
             handle: Some(handle),
-        })
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(sampler),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(Error::Panicked),
+        }
     }
 
     /// Stops the thread and returns everything sampled.
@@ -473,6 +513,12 @@ ESTAB 0      733928    198.18.1.1:33098   198.18.0.2:5302
         assert_eq!(v[0].send_bps, Some(1_200_000));
         assert_eq!(v[0].pacing_rate_bps, Some(2_500_000_000));
         assert_eq!(v[0].delivery_rate_bps, Some(300_000));
+    }
+
+    #[test]
+    fn sampler_fails_fast_on_missing_namespace() {
+        let e = SsSampler::start("ccctl-no-such-ns", SamplerConfig::default()).unwrap_err();
+        assert!(e.to_string().contains("ccctl-no-such-ns"), "{e}");
     }
 
     #[test]

@@ -38,16 +38,23 @@ pub fn main() -> Result<i32> {
     run_ccctl(&ccctl, &["load", "bbr"])?;
     // Whatever happens next, unload again.
     let res = (|| -> Result<()> {
-        let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-            .context("cannot read tcp_available_congestion_control")?;
+        let available =
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                .context("cannot read tcp_available_congestion_control")?;
         if !available.split_whitespace().any(|c| c == CC) {
-            bail!("`ccctl load bbr` succeeded but {CC} is not registered (available: {})", available.trim());
+            bail!(
+                "`ccctl load bbr` succeeded but {CC} is not registered (available: {})",
+                available.trim()
+            );
         }
         let r = flow()?;
         let pct = r.mbit / f64::from(BOTTLENECK_MBIT) * 100.0;
         println!(
             "demo: {}: {:.1} Mbit/s received in {SECONDS} s through a {BOTTLENECK_MBIT} Mbit/s bottleneck ({pct:.0} %), RTT +{} ms, {} retransmits",
-            r.cc, r.mbit, DELAY_MS, r.retransmits
+            r.cc,
+            r.mbit,
+            r.delay_ms.unwrap_or(0),
+            r.retransmits
         );
         run_ccctl(&ccctl, &["status"])
     })();
@@ -74,6 +81,7 @@ fn ensure_bpffs() -> Result<()> {
 
 struct FlowResult {
     cc: String,
+    delay_ms: Option<u32>,
     mbit: f64,
     retransmits: u64,
 }
@@ -84,6 +92,8 @@ struct Testbed {
     router: String,
     receiver: String,
     created: Vec<String>,
+    /// Added one-way delay on the ACK path, if netem was available.
+    delay_ms: Option<u32>,
 }
 
 impl Testbed {
@@ -94,6 +104,7 @@ impl Testbed {
             router: format!("ccctl-{pid}-rtr"),
             receiver: format!("ccctl-{pid}-rcv"),
             created: Vec::new(),
+            delay_ms: None,
         };
         for ns in [tb.sender.clone(), tb.router.clone(), tb.receiver.clone()] {
             ip(&["netns", "add", &ns])?;
@@ -102,8 +113,12 @@ impl Testbed {
         }
         let (s, r, v) = (&tb.sender, &tb.router, &tb.receiver);
         // Links are created directly inside the namespaces: no host names used.
-        ip(&["link", "add", "eth0", "netns", s, "type", "veth", "peer", "name", "snd0", "netns", r])?;
-        ip(&["link", "add", "rcv0", "netns", r, "type", "veth", "peer", "name", "eth0", "netns", v])?;
+        ip(&[
+            "link", "add", "eth0", "netns", s, "type", "veth", "peer", "name", "snd0", "netns", r,
+        ])?;
+        ip(&[
+            "link", "add", "rcv0", "netns", r, "type", "veth", "peer", "name", "eth0", "netns", v,
+        ])?;
         for (ns, dev, addr) in [
             (s, "eth0", "198.18.1.1/24"),
             (r, "snd0", "198.18.1.2/24"),
@@ -118,9 +133,35 @@ impl Testbed {
         proc::run(&mut tb.exec(r, &["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"]))?;
         // Bottleneck on the router's egress toward the receiver.
         let rate = format!("{BOTTLENECK_MBIT}mbit");
-        proc::run(&mut tb.exec(r, &["tc", "qdisc", "add", "dev", "rcv0", "root", "tbf", "rate", &rate, "burst", "64kb", "latency", "50ms"]))?;
+        proc::run(&mut tb.exec(
+            r,
+            &[
+                "tc", "qdisc", "add", "dev", "rcv0", "root", "tbf", "rate", &rate, "burst", "64kb",
+                "latency", "50ms",
+            ],
+        ))?;
+        // Extra RTT on the ACK path; best effort: some kernels lack sch_netem.
+        let _ = Command::new("modprobe")
+            .arg("sch_netem")
+            .stderr(Stdio::null())
+            .status();
         let delay = format!("{DELAY_MS}ms");
-        proc::run(&mut tb.exec(r, &["tc", "qdisc", "add", "dev", "snd0", "root", "netem", "delay", &delay]))?;
+        let netem = tb
+            .exec(
+                r,
+                &[
+                    "tc", "qdisc", "add", "dev", "snd0", "root", "netem", "delay", &delay,
+                ],
+            )
+            .stderr(Stdio::null())
+            .status()
+            .context("cannot run tc")?;
+        proc::bail_if_interrupted()?;
+        if netem.success() {
+            tb.delay_ms = Some(DELAY_MS);
+        } else {
+            eprintln!("demo: note: sch_netem is not available on this kernel, no delay added");
+        }
         Ok(tb)
     }
 
@@ -150,8 +191,11 @@ fn ip(args: &[&str]) -> Result<()> {
 fn flow() -> Result<FlowResult> {
     let tb = Testbed::create()?;
     eprintln!(
-        "demo: testbed {} -> {} ({BOTTLENECK_MBIT} Mbit/s tbf, +{DELAY_MS} ms on the ACK path) -> {}",
-        tb.sender, tb.router, tb.receiver
+        "demo: testbed {} -> {} ({BOTTLENECK_MBIT} Mbit/s tbf toward the receiver, +{} ms on the ACK path) -> {}",
+        tb.sender,
+        tb.router,
+        tb.delay_ms.unwrap_or(0),
+        tb.receiver
     );
     // Dropping the group kills the server should the client fail.
     let _server = proc::Group::spawn(
@@ -165,18 +209,33 @@ fn flow() -> Result<FlowResult> {
     let mut client = proc::Group::spawn(
         tb.exec(
             &tb.sender,
-            &["iperf3", "-c", RECEIVER_ADDR, "-B", SENDER_ADDR, "-t", &secs, "-C", CC, "-J"],
+            &[
+                "iperf3",
+                "-c",
+                RECEIVER_ADDR,
+                "-B",
+                SENDER_ADDR,
+                "-t",
+                &secs,
+                "-C",
+                CC,
+                "-J",
+            ],
         )
         .stdin(Stdio::null())
         .stdout(Stdio::piped()),
     )?;
     let mut json = String::new();
     if let Some(mut out) = client.child_mut().stdout.take() {
-        out.read_to_string(&mut json).context("reading iperf3 output")?;
+        out.read_to_string(&mut json)
+            .context("reading iperf3 output")?;
     }
     let st = client.wait(Some(Duration::from_secs(u64::from(SECONDS) + 30)))?;
     proc::bail_if_interrupted()?;
-    parse_iperf3(&json).with_context(|| format!("iperf3 exit code {}", proc::exit_code(&st)))
+    let mut r = parse_iperf3(&json)
+        .with_context(|| format!("iperf3 exit code {}", proc::exit_code(&st)))?;
+    r.delay_ms = tb.delay_ms;
+    Ok(r)
 }
 
 fn wait_listening(tb: &Testbed) -> Result<()> {
@@ -205,7 +264,11 @@ fn parse_iperf3(json: &str) -> Result<FlowResult> {
         .as_f64()
         .context("iperf3 JSON has no end.sum_received.bits_per_second")?;
     Ok(FlowResult {
-        cc: end["sender_tcp_congestion"].as_str().unwrap_or(CC).to_string(),
+        cc: end["sender_tcp_congestion"]
+            .as_str()
+            .unwrap_or(CC)
+            .to_string(),
+        delay_ms: None,
         mbit: bps / 1e6,
         retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
     })

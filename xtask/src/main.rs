@@ -25,7 +25,11 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
-    /// Run a command inside a virtme-ng VM booting Debian's 6.1 kernel (TCG)
+    /// Run a command as root inside a virtme-ng VM booting Debian's 6.1 kernel (TCG).
+    ///
+    /// Host filesystem read-only (guest-private writable overlays on /tmp, /etc,
+    /// /var, ...), cargo's target dir shared read-write. Exit status is the
+    /// command's; 125 if the VM failed to boot. Stdin is not forwarded.
     Vm(vm::VmArgs),
     /// Build ccctl and run every test: host tests, then VM tests in one VM boot
     Test(test::TestArgs),

@@ -69,7 +69,9 @@ impl Group {
         use std::os::unix::process::CommandExt;
         let name = cmd.get_program().to_string_lossy().into_owned();
         cmd.process_group(0);
-        let child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
         let pgid = child.id() as i32;
         let slot = GROUPS.iter().position(|s| {
             s.compare_exchange(0, pgid, Ordering::SeqCst, Ordering::SeqCst)
@@ -110,7 +112,11 @@ impl Group {
             if let Some(t) = timeout {
                 if start.elapsed() > t {
                     self.terminate();
-                    bail!("{} timed out after {} s and was killed", self.name, t.as_secs());
+                    bail!(
+                        "{} timed out after {} s and was killed",
+                        self.name,
+                        t.as_secs()
+                    );
                 }
             }
             thread::sleep(Duration::from_millis(50));
@@ -207,8 +213,7 @@ fn pump(mut from: impl Read, mut to: impl Write, mut hook: Option<ChunkHook>) ->
 /// Exit code of a finished process, 128+signal when killed by a signal.
 pub fn exit_code(st: &ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    st.code()
-        .unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
 }
 
 fn describe(cmd: &Command) -> String {
@@ -302,7 +307,11 @@ pub fn cargo_build_json(
         let name = v["target"]["name"].as_str().unwrap_or_default();
         let kinds: Vec<String> = v["target"]["kind"]
             .as_array()
-            .map(|a| a.iter().filter_map(|k| k.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|k| k.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         let is_test = v["profile"]["test"].as_bool().unwrap_or(false);
         if pick(name, &kinds, is_test) {

@@ -74,7 +74,9 @@ fn installed_packages(names: &[&str]) -> Result<Vec<String>> {
         .lines()
         .filter_map(|l| {
             let (name, status) = l.split_once(' ')?;
-            status.starts_with("ii").then(|| name.split(':').next().unwrap_or(name).to_string())
+            status
+                .starts_with("ii")
+                .then(|| name.split(':').next().unwrap_or(name).to_string())
         })
         .collect())
 }

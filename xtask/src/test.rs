@@ -174,10 +174,22 @@ pub fn main(args: TestArgs) -> Result<i32> {
         Ok(ccctl) => {
             eprintln!("xtask test: CCCTL_BIN={}", ccctl.display());
             if !args.vm_only {
-                phases.push(cargo_test("ccctl unit tests", &["test", "-p", "ccctl"], &ccctl)?);
+                phases.push(cargo_test(
+                    "ccctl unit tests",
+                    &["test", "-p", "ccctl"],
+                    &ccctl,
+                )?);
                 phases.push(cargo_test(
                     "host tests",
-                    &["test", "-p", "ccctl-tests", "--test", "host", "--", "--test-threads=1"],
+                    &[
+                        "test",
+                        "-p",
+                        "ccctl-tests",
+                        "--test",
+                        "host",
+                        "--",
+                        "--test-threads=1",
+                    ],
                     &ccctl,
                 )?);
             }
@@ -232,7 +244,9 @@ mod tests {
 
     #[test]
     fn broken_phase_detection() {
-        assert!(Phase::from_run("x", 101, "error: could not compile").broken.is_some());
+        assert!(Phase::from_run("x", 101, "error: could not compile")
+            .broken
+            .is_some());
         let ok = "test result: ok. 1 passed; 0 failed; 0 ignored";
         assert!(Phase::from_run("x", 0, ok).broken.is_none());
         assert!(Phase::from_run("x", 1, ok).broken.is_some());

@@ -281,7 +281,10 @@ pub fn main(args: VmArgs) -> Result<i32> {
     let cmd = args
         .cmd
         .into_iter()
-        .map(|a| a.into_string().map_err(|a| anyhow::anyhow!("argument {a:?} is not UTF-8")))
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| anyhow::anyhow!("argument {a:?} is not UTF-8"))
+        })
         .collect::<Result<Vec<_>>>()?;
     let spec = VmSpec {
         kernel: args.kernel,

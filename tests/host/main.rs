@@ -25,3 +25,66 @@ fn default_is_set_and_restored() {
 fn errors_are_clear_and_change_nothing() {
     lifecycle::errors_are_clear_and_change_nothing();
 }
+
+mod flows {
+    use std::time::Duration;
+
+    use ccctl::{
+        iperf::{self, FlowSpec},
+        testbed::{buffer_packets, TestbedConfig},
+    };
+
+    use crate::common::{ccctl, flows::*, registered, Clean};
+
+    const RATE_BPS: u64 = 50_000_000;
+
+    /// bpf_bbr carries a flow through a router's tbf bottleneck at >= 85 %
+    /// of its rate, and `ss -ti` names it on the socket.
+    #[test]
+    fn bpf_bbr_fills_a_tbf_bottleneck() {
+        let _clean = Clean::new();
+        ccctl(&["load", "bbr"]).ok();
+        let tb = testbed(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
+        let (flow, seen) = flow_with_ss(&tb, "bpf_bbr", 10);
+        println!(
+            "host bpf_bbr: {:.1} Mbit/s of {} ({:.0} %), {} retransmits, ss saw {:?}",
+            mbit(flow.goodput_bps),
+            mbit(RATE_BPS as f64),
+            100.0 * flow.goodput_bps / RATE_BPS as f64,
+            flow.retransmits,
+            seen
+        );
+        assert_eq!(flow.sender_cc.as_deref(), Some("bpf_bbr"), "iperf3 did not run bpf_bbr");
+        assert!(!seen.is_empty(), "ss never saw the data socket");
+        assert!(seen.iter().all(|c| c == "bpf_bbr"), "ss saw {seen:?}");
+        assert!(
+            flow.goodput_bps >= 0.85 * RATE_BPS as f64,
+            "goodput {:.1} Mbit/s is below 85 % of {} Mbit/s",
+            mbit(flow.goodput_bps),
+            mbit(RATE_BPS as f64)
+        );
+    }
+
+    /// Unloading while a flow uses bpf_bbr takes it out of the kernel's list
+    /// at once; the running flow keeps its ops and finishes at full rate.
+    #[test]
+    fn unload_while_a_flow_runs_is_safe() {
+        let _clean = Clean::new();
+        ccctl(&["load", "bbr"]).ok();
+        let tb = testbed(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
+        let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(8))])
+            .expect("starting iperf3");
+        std::thread::sleep(Duration::from_secs(3));
+        ccctl(&["unload", "bbr"]).ok();
+        assert!(!registered("bpf_bbr"), "still registered after unload");
+        let flows = running.wait().expect("iperf3 finished");
+        let flow = &flows[0];
+        println!("host unload mid-flow: {:.1} Mbit/s", mbit(flow.goodput_bps));
+        assert_eq!(flow.sender_cc.as_deref(), Some("bpf_bbr"));
+        assert!(
+            flow.goodput_bps >= 0.85 * RATE_BPS as f64,
+            "flow suffered from the unload: {:.1} Mbit/s",
+            mbit(flow.goodput_bps)
+        );
+    }
+}

@@ -162,10 +162,10 @@ fn status(args: JsonArg) -> Result<()> {
         return Ok(());
     }
     println!();
-    println!("{:<14} {:<14} {:<10} {:<22} {:<8} ABI", "NAME", "KERNEL NAME", "STATE", "LOADED AT (UTC)", "DEFAULT");
+    println!("{:<14} {:<14} {:<10} {:<33} {:<8} ABI", "NAME", "KERNEL NAME", "STATE", "LOADED AT (UTC)", "DEFAULT");
     for l in st.loaded {
         println!(
-            "{:<14} {:<14} {:<10} {:<22} {:<8} {}",
+            "{:<14} {:<14} {:<10} {:<33} {:<8} {}",
             l.name,
             l.kernel_name,
             if l.registered { "loaded" } else { "stale-pins" },

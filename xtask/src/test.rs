@@ -136,7 +136,7 @@ fn vm_phase(ccctl: &Path) -> Result<Phase> {
         env: vec![("CCCTL_BIN".into(), ccctl.display().to_string())],
         rwdirs: Vec::new(),
         timeout: Some(VM_TIMEOUT),
-        cmd: vec![exe.display().to_string(), "--test-threads=1".into()],
+        cmd: vec![exe.display().to_string(), "--test-threads=1".into(), "--show-output".into()],
     };
     let out = match vm::run_in_vm(&spec) {
         Ok(out) => out,
@@ -189,6 +189,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
                         "host",
                         "--",
                         "--test-threads=1",
+                        "--show-output",
                     ],
                     &ccctl,
                 )?);

@@ -27,14 +27,9 @@ fn errors_are_clear_and_change_nothing() {
 }
 
 mod flows {
-    use std::time::Duration;
+    use ccctl::testbed::{buffer_packets, TestbedConfig};
 
-    use ccctl::{
-        iperf::{self, FlowSpec},
-        testbed::{buffer_packets, TestbedConfig},
-    };
-
-    use crate::common::{ccctl, flows::*, registered, Clean};
+    use crate::common::{ccctl, flows::*, Clean};
 
     const RATE_BPS: u64 = 50_000_000;
 
@@ -65,26 +60,10 @@ mod flows {
         );
     }
 
-    /// Unloading while a flow uses bpf_bbr takes it out of the kernel's list
-    /// at once; the running flow keeps its ops and finishes at full rate.
+    /// Unloading while a flow uses bpf_bbr is safe (see `unload_mid_flow`).
     #[test]
     fn unload_while_a_flow_runs_is_safe() {
         let _clean = Clean::new();
-        ccctl(&["load", "bbr"]).ok();
-        let tb = testbed(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
-        let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(8))])
-            .expect("starting iperf3");
-        std::thread::sleep(Duration::from_secs(3));
-        ccctl(&["unload", "bbr"]).ok();
-        assert!(!registered("bpf_bbr"), "still registered after unload");
-        let flows = running.wait().expect("iperf3 finished");
-        let flow = &flows[0];
-        println!("host unload mid-flow: {:.1} Mbit/s", mbit(flow.goodput_bps));
-        assert_eq!(flow.sender_cc.as_deref(), Some("bpf_bbr"));
-        assert!(
-            flow.goodput_bps >= 0.85 * RATE_BPS as f64,
-            "flow suffered from the unload: {:.1} Mbit/s",
-            mbit(flow.goodput_bps)
-        );
+        unload_mid_flow(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
     }
 }

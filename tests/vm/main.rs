@@ -48,6 +48,14 @@ fn errors_are_clear_and_change_nothing() {
     lifecycle::errors_are_clear_and_change_nothing();
 }
 
+/// Unload while a flow runs, on the 6.1 path (map registration deleted).
+#[test]
+fn unload_while_a_flow_runs_is_safe() {
+    require_vm();
+    let _clean = Clean::new();
+    unload_mid_flow(TestbedConfig::new(10_000_000, buffer_bdp(10_000_000, RTT, 1.0, 1500)).with_rtts(&[RTT]));
+}
+
 /// The link of the equivalence tests: 40 ms base RTT, one BDP of buffer at
 /// the router, TSO/GSO/GRO off (the testbed's default), at the first rate of
 /// `CANDIDATE_RATES_BPS` the emulated machine can carry (see `calibrated_rate`).

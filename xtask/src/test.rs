@@ -174,25 +174,19 @@ pub fn main(args: TestArgs) -> Result<i32> {
         Ok(ccctl) => {
             eprintln!("xtask test: CCCTL_BIN={}", ccctl.display());
             if !args.vm_only {
-                phases.push(cargo_test(
-                    "ccctl unit tests",
-                    &["test", "-p", "ccctl"],
-                    &ccctl,
-                )?);
-                phases.push(cargo_test(
-                    "host tests",
-                    &[
-                        "test",
-                        "-p",
-                        "ccctl-tests",
-                        "--test",
-                        "host",
-                        "--",
-                        "--test-threads=1",
-                        "--show-output",
-                    ],
-                    &ccctl,
-                )?);
+                let host = (|| -> Result<()> {
+                    phases.push(cargo_test("ccctl unit tests", &["test", "-p", "ccctl"], &ccctl)?);
+                    phases.push(cargo_test(
+                        "host tests",
+                        &["test", "-p", "ccctl-tests", "--test", "host", "--", "--test-threads=1", "--show-output"],
+                        &ccctl,
+                    )?);
+                    Ok(())
+                })();
+                // The tests restore what they load, but not if they were killed
+                // (Ctrl-C, a crash): leave no algorithm registered or pinned.
+                let _ = std::process::Command::new(&ccctl).args(["unload", "--all"]).status();
+                host?;
             }
             if !args.host_only {
                 phases.push(vm_phase(&ccctl)?);

@@ -38,6 +38,14 @@
 //!
 //! Namespace names are `ccctl-<pid>-<seq>-<role>`; [`sweep_stale`] removes
 //! namespaces left behind by dead processes.
+//!
+//! Every namespace this process creates is also in a process-global registry;
+//! SIGINT, SIGTERM and SIGHUP tear all of them down (processes inside first)
+//! before the process dies of the signal. See [`cleanup_all`] for programs
+//! that install their own handlers for those signals.
+
+mod cleanup;
+pub use cleanup::cleanup_all;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -351,21 +359,33 @@ fn netns_pids(ns: &str) -> Vec<i32> {
     }
 }
 
-/// Kills every process inside `ns` (SIGKILL, waiting up to 2 s for them to
-/// go), then deletes the namespace, which takes its veths and qdiscs along.
+/// Kills every process inside `ns` (SIGKILL, again for any that appear
+/// meanwhile, waiting up to 2 s for them to go), then deletes the namespace,
+/// which takes its veths and qdiscs along. Deleting the namespace alone would
+/// not kill its processes (they keep it alive, anonymous). A namespace that
+/// is already gone (e.g. deleted concurrently by the signal-cleanup thread)
+/// is not an error.
 fn destroy_netns(ns: &str) -> Result<()> {
-    let pids = netns_pids(ns);
-    for &p in &pids {
-        // SAFETY: plain kill(2) on pids that live in our own namespace.
-        unsafe {
-            libc::kill(p, libc::SIGKILL);
-        }
-    }
+    let me = std::process::id() as i32; // never SIGKILL ourselves
     let deadline = Instant::now() + Duration::from_secs(2);
-    while !pids.is_empty() && Instant::now() < deadline && !netns_pids(ns).is_empty() {
+    loop {
+        let pids: Vec<i32> = netns_pids(ns).into_iter().filter(|&p| p != me).collect();
+        if pids.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        for &p in &pids {
+            // SAFETY: plain kill(2) on pids that live in our own namespace.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
         thread::sleep(Duration::from_millis(20));
     }
-    ip(&["netns", "del", ns]).map(|_| ())
+    match ip(&["netns", "del", ns]) {
+        Ok(_) => Ok(()),
+        Err(_) if !std::path::Path::new(NETNS_DIR).join(ns).exists() => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes `ccctl-<pid>-…` namespaces whose owning pid is no longer alive
@@ -424,7 +444,7 @@ struct ScratchNs(String);
 impl ScratchNs {
     fn new() -> Result<Self> {
         let name = format!("{}-probe", next_prefix());
-        ip(&["netns", "add", &name])?;
+        cleanup::add_netns(&name)?;
         let s = ScratchNs(name);
         ip(&[
             "-n", &s.0, "link", "add", "p0", "type", "veth", "peer", "name", "p1",
@@ -435,7 +455,7 @@ impl ScratchNs {
 
 impl Drop for ScratchNs {
     fn drop(&mut self) {
-        let _ = destroy_netns(&self.0);
+        let _ = cleanup::del_netns(&self.0);
     }
 }
 
@@ -628,7 +648,7 @@ pub struct QdiscStats {
 }
 
 /// A dumbbell testbed; `Drop` kills every process inside its namespaces and
-/// deletes them.
+/// deletes them (so does SIGINT/SIGTERM/SIGHUP, see [`cleanup_all`]).
 #[derive(Debug)]
 pub struct Testbed {
     cfg: TestbedConfig,
@@ -743,7 +763,7 @@ impl Testbed {
 
     fn add_ns(&mut self, role: Role) -> Result<String> {
         let ns = self.ns(role);
-        ip(&["netns", "add", &ns])?;
+        cleanup::add_netns(&ns)?;
         self.created.push(ns.clone());
         ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         // Fresh per-flow state (no cached ssthresh/RTT between runs), and
@@ -989,7 +1009,7 @@ impl Testbed {
         let mut first = None;
         // Senders first (they are created last), router last.
         while let Some(ns) = self.created.pop() {
-            if let Err(e) = destroy_netns(&ns) {
+            if let Err(e) = cleanup::del_netns(&ns) {
                 tracing::warn!(ns = %ns, error = %e, "namespace teardown failed");
                 first.get_or_insert(e);
             }

@@ -12,5 +12,6 @@ pub mod iperf;
 pub mod kernel;
 pub mod loader;
 pub mod logging;
+pub mod metrics;
 pub mod ss;
 pub mod testbed;

@@ -64,6 +64,6 @@ mod flows {
     #[test]
     fn unload_while_a_flow_runs_is_safe() {
         let _clean = Clean::new();
-        unload_mid_flow(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
+        unload_mid_flow(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)), Some(0.85));
     }
 }

@@ -13,5 +13,7 @@ pub mod kernel;
 pub mod loader;
 pub mod logging;
 pub mod metrics;
+pub mod scenario;
 pub mod ss;
 pub mod testbed;
+pub mod units;

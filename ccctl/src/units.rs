@@ -1,0 +1,228 @@
+//! Quantities as people write them in scenario files and flags: rates
+//! (`30mbit`, `1.5Gbit/s`), times (`40ms`, `3s`) and buffers (`100pkt`,
+//! `150kB`, `0.5bdp`). Parsing rejects anything ambiguous, negative or not
+//! finite, and says what it expected.
+use std::{fmt, time::Duration};
+
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("`{input}` is not a {what}: {expected}")]
+pub struct ParseError {
+    pub input: String,
+    pub what: &'static str,
+    pub expected: &'static str,
+}
+
+fn split_number(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim();
+    let end = s
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '-' || *c == '+' || *c == 'e' || *c == 'E'))
+        .map(|(i, _)| i)
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(end);
+    let v: f64 = num.parse().ok()?;
+    v.is_finite().then_some((v, unit.trim()))
+}
+
+/// A bit rate in bit/s.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Rate(pub f64);
+
+impl Rate {
+    const EXPECTED: &'static str = "a positive number with a unit: bit, kbit, mbit or gbit (per second), e.g. `30mbit`";
+
+    pub fn parse(s: &str) -> Result<Rate, ParseError> {
+        let err = || ParseError { input: s.into(), what: "rate", expected: Self::EXPECTED };
+        let (v, unit) = split_number(s).ok_or_else(err)?;
+        let unit = unit.to_ascii_lowercase();
+        let mult = match unit.trim_end_matches("/s") {
+            "bit" | "bps" => 1.0,
+            "kbit" | "kbps" => 1e3,
+            "mbit" | "mbps" => 1e6,
+            "gbit" | "gbps" => 1e9,
+            _ => return Err(err()),
+        };
+        let bps = v * mult;
+        (bps > 0.0).then_some(Rate(bps)).ok_or_else(err)
+    }
+
+    pub fn bps(self) -> u64 {
+        self.0.round() as u64
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 >= 1e9 && self.0 % 1e9 == 0.0 {
+            write!(f, "{}gbit", self.0 / 1e9)
+        } else if self.0 >= 1e6 {
+            write!(f, "{}mbit", self.0 / 1e6)
+        } else if self.0 >= 1e3 {
+            write!(f, "{}kbit", self.0 / 1e3)
+        } else {
+            write!(f, "{}bit", self.0)
+        }
+    }
+}
+
+/// A non-negative time span.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Span(pub Duration);
+
+impl Span {
+    const EXPECTED: &'static str = "a non-negative number with a unit: us, ms, s or min, e.g. `40ms`";
+
+    pub fn parse(s: &str) -> Result<Span, ParseError> {
+        let err = || ParseError { input: s.into(), what: "time", expected: Self::EXPECTED };
+        let (v, unit) = split_number(s).ok_or_else(err)?;
+        let secs = match unit.to_ascii_lowercase().as_str() {
+            "us" => v / 1e6,
+            "ms" => v / 1e3,
+            "s" => v,
+            "min" => v * 60.0,
+            _ => return Err(err()),
+        };
+        if !(0.0..=1e7).contains(&secs) {
+            return Err(err());
+        }
+        Ok(Span(Duration::from_secs_f64(secs)))
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_secs_f64() * 1e3;
+        if ms >= 1000.0 && ms % 1000.0 == 0.0 {
+            write!(f, "{}s", ms / 1000.0)
+        } else {
+            write!(f, "{ms}ms")
+        }
+    }
+}
+
+/// A bottleneck buffer, in one of three units; [`Buffer::bytes`] resolves it
+/// for a given link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Buffer {
+    Packets(f64),
+    Bytes(f64),
+    /// Multiples of the bandwidth-delay product of the link it is used on.
+    Bdp(f64),
+}
+
+impl Buffer {
+    const EXPECTED: &'static str =
+        "a positive number with a unit: pkt (full-size packets), B, kB, MB (bytes) or bdp, e.g. `100pkt` or `0.5bdp`";
+
+    pub fn parse(s: &str) -> Result<Buffer, ParseError> {
+        let err = || ParseError { input: s.into(), what: "buffer", expected: Self::EXPECTED };
+        let (v, unit) = split_number(s).ok_or_else(err)?;
+        if v <= 0.0 {
+            return Err(err());
+        }
+        Ok(match unit {
+            "pkt" | "pkts" | "p" | "packets" => Buffer::Packets(v),
+            "B" | "b" | "bytes" => Buffer::Bytes(v),
+            "kB" | "KB" | "kb" => Buffer::Bytes(v * 1e3),
+            "MB" | "mb" => Buffer::Bytes(v * 1e6),
+            "bdp" | "BDP" => Buffer::Bdp(v),
+            _ => return Err(err()),
+        })
+    }
+
+    /// Bytes as the bottleneck qdisc counts them (`frame` = MTU + Ethernet
+    /// header per full-size packet), for a link of `rate` and base `rtt`.
+    pub fn bytes(self, rate: Rate, rtt: Duration, frame: u64) -> u64 {
+        let b = match self {
+            Buffer::Packets(n) => n * frame as f64,
+            Buffer::Bytes(b) => b,
+            Buffer::Bdp(m) => m * rate.0 / 8.0 * rtt.as_secs_f64(),
+        };
+        b.round() as u64
+    }
+}
+
+impl fmt::Display for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Buffer::Packets(n) => write!(f, "{n}pkt"),
+            Buffer::Bytes(b) => write!(f, "{b}B"),
+            Buffer::Bdp(m) => write!(f, "{m}bdp"),
+        }
+    }
+}
+
+macro_rules! serde_via_str {
+    ($t:ty) => {
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                <$t>::parse(&s).map_err(de::Error::custom)
+            }
+        }
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.to_string())
+            }
+        }
+    };
+}
+serde_via_str!(Rate);
+serde_via_str!(Span);
+serde_via_str!(Buffer);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(Rate::parse("30mbit").map(Rate::bps), Ok(30_000_000));
+        assert_eq!(Rate::parse("1.5Gbit/s").map(Rate::bps), Ok(1_500_000_000));
+        assert_eq!(Rate::parse("500kbit").map(Rate::bps), Ok(500_000));
+        assert_eq!(Rate::parse("20mbps").map(Rate::bps), Ok(20_000_000));
+        for bad in ["0mbit", "-5mbit", "30", "30 furlongs", "NaNmbit", "infmbit", ""] {
+            let e = Rate::parse(bad).expect_err(bad);
+            assert!(e.to_string().contains("e.g. `30mbit`"), "{e}");
+        }
+    }
+
+    #[test]
+    fn spans() {
+        assert_eq!(Span::parse("40ms").map(|s| s.0), Ok(Duration::from_millis(40)));
+        assert_eq!(Span::parse("3s").map(|s| s.0), Ok(Duration::from_secs(3)));
+        assert_eq!(Span::parse("0s").map(|s| s.0), Ok(Duration::ZERO));
+        assert_eq!(Span::parse("1.5min").map(|s| s.0), Ok(Duration::from_secs(90)));
+        for bad in ["-10ms", "10", "10 parsecs", "NaNs"] {
+            assert!(Span::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn buffers_resolve_per_link() {
+        let rate = Rate(20e6);
+        let rtt = Duration::from_millis(40);
+        // 1 BDP of 20 Mbit/s x 40 ms = 100 000 bytes.
+        assert_eq!(Buffer::parse("1bdp").map(|b| b.bytes(rate, rtt, 1514)), Ok(100_000));
+        assert_eq!(Buffer::parse("0.3bdp").map(|b| b.bytes(rate, rtt, 1514)), Ok(30_000));
+        assert_eq!(Buffer::parse("100pkt").map(|b| b.bytes(rate, rtt, 1514)), Ok(151_400));
+        assert_eq!(Buffer::parse("150kB").map(|b| b.bytes(rate, rtt, 1514)), Ok(150_000));
+        for bad in ["0pkt", "-1bdp", "12", "3 bananas"] {
+            assert!(Buffer::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in ["30mbit", "40ms", "3s", "100pkt", "0.5bdp"] {
+            let shown = match s {
+                _ if s.ends_with("bit") => Rate::parse(s).map(|r| r.to_string()),
+                _ if s.ends_with('s') => Span::parse(s).map(|r| r.to_string()),
+                _ => Buffer::parse(s).map(|r| r.to_string()),
+            };
+            assert_eq!(shown.as_deref(), Ok(s));
+        }
+    }
+}

@@ -1123,7 +1123,8 @@ mod host_tests {
     use crate::iperf::{self, FlowSpec};
     use crate::ss::{SamplerConfig, SsSampler};
 
-    fn alive_not_zombie(pid: i32) -> bool {
+    /// A process exists and is not a zombie (shared with the cleanup tests).
+    pub(crate) fn alive_not_zombie(pid: i32) -> bool {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(s) => !s
                 .rsplit_once(')')

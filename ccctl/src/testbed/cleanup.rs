@@ -218,14 +218,7 @@ mod tests {
     const CHILD_ENV: &str = "CCCTL_TESTBED_SIGNAL_CHILD";
     const CHILD_TEST: &str = "testbed::cleanup::tests::signal_child";
 
-    fn alive_not_zombie(pid: i32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(s) => !s
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-            Err(_) => false,
-        }
-    }
+    use crate::testbed::host_tests::alive_not_zombie;
 
     /// Not a test by itself: the body of the child process of
     /// `signal_tears_down_everything` (a no-op unless `CHILD_ENV` is set).

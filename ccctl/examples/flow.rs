@@ -16,11 +16,15 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cc = args.first().map(String::as_str).unwrap_or("bpf_bbr");
     let rate_mbit: u64 = match args.get(1) {
-        Some(s) => s.parse().with_context(|| format!("RATE_MBIT must be a whole number of Mbit/s, got {s:?}"))?,
+        Some(s) => s
+            .parse()
+            .with_context(|| format!("RATE_MBIT must be a whole number of Mbit/s, got {s:?}"))?,
         None => 50,
     };
     let secs: u64 = match args.get(2) {
-        Some(s) => s.parse().with_context(|| format!("SECONDS must be a whole number, got {s:?}"))?,
+        Some(s) => s
+            .parse()
+            .with_context(|| format!("SECONDS must be a whole number, got {s:?}"))?,
         None => 10,
     };
     if !(1..=10_000).contains(&rate_mbit) || !(1..=3600).contains(&secs) {
@@ -29,7 +33,11 @@ fn main() -> Result<()> {
 
     // 10 ms of base RTT where the kernel has netem; the host kernel may not.
     let rate = rate_mbit * 1_000_000;
-    let rtt = if testbed::netem_available()? { Duration::from_millis(10) } else { Duration::ZERO };
+    let rtt = if testbed::netem_available()? {
+        Duration::from_millis(10)
+    } else {
+        Duration::ZERO
+    };
     let buffer = testbed::buffer_bdp(rate, rtt.max(Duration::from_millis(10)), 1.0, 1500);
     let tb = Testbed::new(TestbedConfig::new(rate, buffer).with_rtts(&[rtt]))?;
     println!(
@@ -58,7 +66,11 @@ fn main() -> Result<()> {
     }
     let port = flow.local_port.unwrap_or(0);
     let seen: Vec<_> = samples.for_local_port(port).collect();
-    let cc_seen = seen.iter().filter_map(|r| r.sock.cc.clone()).next().unwrap_or_default();
+    let cc_seen = seen
+        .iter()
+        .filter_map(|r| r.sock.cc.clone())
+        .next()
+        .unwrap_or_default();
     println!(
         "{}: {:.1} Mbit/s of {rate_mbit} ({:.0} %), {} retransmits, mean RTT {:.1} ms; ss -ti: `{cc_seen}` in {} samples",
         flow.sender_cc.as_deref().unwrap_or(cc),

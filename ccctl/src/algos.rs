@@ -28,11 +28,18 @@ macro_rules! skeleton_register {
                 .map_err(crate::error::bpf("setting the kernel BTF path"))?;
             let mut open = builder
                 .open(&mut storage)
-                .map_err(crate::error::bpf(format!("opening the embedded BPF object of {}", plan.algo.name)))?;
-            let rodata = open.maps.rodata_data.as_deref_mut().ok_or_else(|| Error::Bpf {
-                what: "the BPF object has no .rodata".into(),
-                source: libbpf_rs::Error::from_raw_os_error(libc::ENOENT),
-            })?;
+                .map_err(crate::error::bpf(format!(
+                    "opening the embedded BPF object of {}",
+                    plan.algo.name
+                )))?;
+            let rodata = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| Error::Bpf {
+                    what: "the BPF object has no .rodata".into(),
+                    source: libbpf_rs::Error::from_raw_os_error(libc::ENOENT),
+                })?;
             rodata.ccctl_cfg.kernel_features = plan.kernel.features();
             rodata.ccctl_cfg.fault_inject = plan.fault_inject;
             loader::register_skeleton(open, plan)

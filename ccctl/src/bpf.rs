@@ -1,5 +1,11 @@
 //! libbpf skeletons of `bpf/*.bpf.c`, compiled by build.rs and embedded here.
-#![allow(clippy::all, non_camel_case_types, non_snake_case, dead_code, unused_imports)]
+#![allow(
+    clippy::all,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    unused_imports
+)]
 
 pub mod bbr {
     include!(concat!(env!("OUT_DIR"), "/bbr.skel.rs"));

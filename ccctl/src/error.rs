@@ -40,7 +40,10 @@ pub enum Error {
         "`{kernel_name}` is registered in the kernel but not by ccctl (no pins under {pin_dir}); \
          remove it with `bpftool struct_ops unregister name {kernel_name}` and try again"
     )]
-    ForeignRegistration { kernel_name: String, pin_dir: PathBuf },
+    ForeignRegistration {
+        kernel_name: String,
+        pin_dir: PathBuf,
+    },
 
     #[error("{what}: {source}")]
     Io {

@@ -66,11 +66,14 @@ impl Kernel {
                 missing: "struct bpf_struct_ops_tcp_congestion_ops".into(),
             });
         }
-        let cong_control_params = cong_control_param_count(&btf).ok_or_else(|| Error::NoStructOps {
-            path: btf_path.clone(),
-            missing: "tcp_congestion_ops.cong_control".into(),
-        })?;
-        let struct_ops_link = btf.type_by_name::<types::Struct>("bpf_struct_ops_link").is_some();
+        let cong_control_params =
+            cong_control_param_count(&btf).ok_or_else(|| Error::NoStructOps {
+                path: btf_path.clone(),
+                missing: "tcp_congestion_ops.cong_control".into(),
+            })?;
+        let struct_ops_link = btf
+            .type_by_name::<types::Struct>("bpf_struct_ops_link")
+            .is_some();
 
         Ok(Kernel {
             release: uname_release(),
@@ -125,7 +128,9 @@ pub fn describe_abi(abi_bits: u32) -> String {
 /// Number of parameters of `tcp_congestion_ops.cong_control`'s prototype.
 fn cong_control_param_count(btf: &Btf<'_>) -> Option<usize> {
     let ops = btf.type_by_name::<types::Struct>("tcp_congestion_ops")?;
-    let member = ops.iter().find(|m| m.name == Some(OsStr::new("cong_control")))?;
+    let member = ops
+        .iter()
+        .find(|m| m.name == Some(OsStr::new("cong_control")))?;
     let ptr: BtfType<'_> = btf.type_by_id(member.ty)?;
     let pointee = ptr.skip_mods_and_typedefs().next_type()?;
     let proto = pointee.skip_mods_and_typedefs();
@@ -195,8 +200,10 @@ fn effective_caps() -> u64 {
 /// bpffs must be mounted at `root` for pins to outlive the process.
 pub fn check_bpffs(root: &Path) -> Result<()> {
     const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-    let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(|_| Error::BpffsNotMounted {
-        path: root.to_path_buf(),
+    let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(|_| {
+        Error::BpffsNotMounted {
+            path: root.to_path_buf(),
+        }
     })?;
     // SAFETY: statfs fills the struct we pass for a NUL-terminated path.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -219,7 +226,9 @@ pub fn available_congestion_controls() -> Result<Vec<String>> {
 }
 
 pub fn is_registered(kernel_name: &str) -> Result<bool> {
-    Ok(available_congestion_controls()?.iter().any(|n| n == kernel_name))
+    Ok(available_congestion_controls()?
+        .iter()
+        .any(|n| n == kernel_name))
 }
 
 /// `net.ipv4.tcp_congestion_control` of this network namespace.

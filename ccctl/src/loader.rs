@@ -66,8 +66,13 @@ pub struct LoadOptions {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoadOutcome {
-    Loaded { abi: u32, previous_default: Option<String> },
-    AlreadyLoaded { made_default: bool },
+    Loaded {
+        abi: u32,
+        previous_default: Option<String>,
+    },
+    AlreadyLoaded {
+        made_default: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,11 +225,13 @@ where
     };
     for mut map in open.open_object_mut().maps_mut() {
         if map.name() == OsStr::new(unwanted) {
-            map.set_autocreate(false).map_err(bpf("disabling the unused struct_ops map"))?;
+            map.set_autocreate(false)
+                .map_err(bpf("disabling the unused struct_ops map"))?;
         } else if map.name() == OsStr::new(wanted) && !kernel.struct_ops_link {
             // Before 6.4 a struct_ops map must not carry BPF_F_LINK.
             let flags = map.map_flags() & !BPF_F_LINK;
-            map.set_map_flags(flags).map_err(bpf("clearing BPF_F_LINK"))?;
+            map.set_map_flags(flags)
+                .map_err(bpf("clearing BPF_F_LINK"))?;
         }
     }
 
@@ -240,14 +247,17 @@ where
         .ok_or_else(|| missing_map(wanted))?;
     // Registration happens here; until `disconnect` below, dropping `link`
     // unregisters again, so every early return leaves the kernel as it was.
-    let mut link = maps[ops_idx]
-        .attach_struct_ops()
-        .map_err(bpf(format!("registering {} with the kernel", plan.algo.kernel_name)))?;
+    let mut link = maps[ops_idx].attach_struct_ops().map_err(bpf(format!(
+        "registering {} with the kernel",
+        plan.algo.kernel_name
+    )))?;
 
     let mut pin = || -> Result<()> {
-        fs::create_dir_all(&plan.pin_dir).map_err(io(format!("creating {}", plan.pin_dir.display())))?;
+        fs::create_dir_all(&plan.pin_dir)
+            .map_err(io(format!("creating {}", plan.pin_dir.display())))?;
         if kernel.struct_ops_link {
-            link.pin(plan.pin_dir.join(PIN_LINK)).map_err(bpf("pinning the struct_ops link"))?;
+            link.pin(plan.pin_dir.join(PIN_LINK))
+                .map_err(bpf("pinning the struct_ops link"))?;
         } else {
             maps[ops_idx]
                 .pin(plan.pin_dir.join(MAP_OPS))
@@ -303,7 +313,8 @@ fn unregister(dir: &Path) -> Result<()> {
         }
         drop(link);
     } else if ops_pin.exists() {
-        let map = MapHandle::from_pinned_path(&ops_pin).map_err(bpf(format!("opening {}", ops_pin.display())))?;
+        let map = MapHandle::from_pinned_path(&ops_pin)
+            .map_err(bpf(format!("opening {}", ops_pin.display())))?;
         map.delete(&0u32.to_ne_bytes())
             .map_err(bpf("unregistering the struct_ops map"))?;
     }
@@ -338,7 +349,8 @@ fn wait_unregistered(kernel_name: &str) -> Result<()> {
 
 fn read_meta(dir: &Path) -> Result<abi::ccctl_meta> {
     let path = dir.join(MAP_META);
-    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    let map =
+        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
     let bytes = map
         .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
         .map_err(bpf("reading the meta map"))?
@@ -353,10 +365,14 @@ fn read_meta(dir: &Path) -> Result<abi::ccctl_meta> {
 
 fn write_meta(dir: &Path, meta: &abi::ccctl_meta) -> Result<()> {
     let path = dir.join(MAP_META);
-    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    let map =
+        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
     // SAFETY: plain old data without implicit padding (see the ABI header).
     let bytes = unsafe {
-        std::slice::from_raw_parts((meta as *const abi::ccctl_meta).cast::<u8>(), std::mem::size_of::<abi::ccctl_meta>())
+        std::slice::from_raw_parts(
+            (meta as *const abi::ccctl_meta).cast::<u8>(),
+            std::mem::size_of::<abi::ccctl_meta>(),
+        )
     };
     map.update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
         .map_err(bpf("writing the meta map"))
@@ -364,7 +380,10 @@ fn write_meta(dir: &Path, meta: &abi::ccctl_meta) -> Result<()> {
 
 fn name_to_c(name: &str) -> [libc::c_char; abi::CCCTL_CA_NAME_MAX as usize] {
     let mut out = [0 as libc::c_char; abi::CCCTL_CA_NAME_MAX as usize];
-    for (dst, src) in out.iter_mut().zip(name.bytes().take(abi::CCCTL_CA_NAME_MAX as usize - 1)) {
+    for (dst, src) in out
+        .iter_mut()
+        .zip(name.bytes().take(abi::CCCTL_CA_NAME_MAX as usize - 1))
+    {
         *dst = src as libc::c_char;
     }
     out
@@ -415,7 +434,10 @@ pub fn status() -> Result<Status> {
         }
         let meta = read_meta(&dir).unwrap_or_default();
         let loaded_at_unix_s = meta.loaded_at_unix_ns / 1_000_000_000;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         loaded.push(LoadedStatus {
             name: algo.name,
             kernel_name: algo.kernel_name,
@@ -509,7 +531,9 @@ impl Drop for LibbpfLog {
 /// The last `n` lines of the verifier log libbpf printed, plus the line
 /// naming the program that failed.
 fn verifier_tail(log: &[String], n: usize) -> Option<String> {
-    let begin = log.iter().rposition(|l| l.contains("-- BEGIN PROG LOAD LOG --"))?;
+    let begin = log
+        .iter()
+        .rposition(|l| l.contains("-- BEGIN PROG LOAD LOG --"))?;
     let end = log[begin..]
         .iter()
         .position(|l| l.contains("-- END PROG LOAD LOG --"))

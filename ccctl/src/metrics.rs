@@ -142,7 +142,10 @@ mod tests {
         // Cubic flows get 13.9 each. m_f = eq2(5.6, 22.1), m_h = eq2(5.6, 13.9).
         assert!(close(fairness_m_f(5.6, 22.1), 1.0 - 22.1 / 5.6));
         assert!(close(harm_m_h(5.6, 13.9), 1.0 - 13.9 / 5.6));
-        assert!(harm_m_h(5.6, 13.9).is_some_and(|h| h < 0.0), "BBR harms Cubic: negative");
+        assert!(
+            harm_m_h(5.6, 13.9).is_some_and(|h| h < 0.0),
+            "BBR harms Cubic: negative"
+        );
     }
 
     #[test]

@@ -18,7 +18,9 @@ fn split_number(s: &str) -> Option<(f64, &str)> {
     let s = s.trim();
     let end = s
         .char_indices()
-        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '-' || *c == '+' || *c == 'e' || *c == 'E'))
+        .find(|(_, c)| {
+            !(c.is_ascii_digit() || *c == '.' || *c == '-' || *c == '+' || *c == 'e' || *c == 'E')
+        })
         .map(|(i, _)| i)
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(end);
@@ -31,10 +33,15 @@ fn split_number(s: &str) -> Option<(f64, &str)> {
 pub struct Rate(pub f64);
 
 impl Rate {
-    const EXPECTED: &'static str = "a positive number with a unit: bit, kbit, mbit or gbit (per second), e.g. `30mbit`";
+    const EXPECTED: &'static str =
+        "a positive number with a unit: bit, kbit, mbit or gbit (per second), e.g. `30mbit`";
 
     pub fn parse(s: &str) -> Result<Rate, ParseError> {
-        let err = || ParseError { input: s.into(), what: "rate", expected: Self::EXPECTED };
+        let err = || ParseError {
+            input: s.into(),
+            what: "rate",
+            expected: Self::EXPECTED,
+        };
         let (v, unit) = split_number(s).ok_or_else(err)?;
         let unit = unit.to_ascii_lowercase();
         let mult = match unit.trim_end_matches("/s") {
@@ -72,10 +79,15 @@ impl fmt::Display for Rate {
 pub struct Span(pub Duration);
 
 impl Span {
-    const EXPECTED: &'static str = "a non-negative number with a unit: us, ms, s or min, e.g. `40ms`";
+    const EXPECTED: &'static str =
+        "a non-negative number with a unit: us, ms, s or min, e.g. `40ms`";
 
     pub fn parse(s: &str) -> Result<Span, ParseError> {
-        let err = || ParseError { input: s.into(), what: "time", expected: Self::EXPECTED };
+        let err = || ParseError {
+            input: s.into(),
+            what: "time",
+            expected: Self::EXPECTED,
+        };
         let (v, unit) = split_number(s).ok_or_else(err)?;
         let secs = match unit.to_ascii_lowercase().as_str() {
             "us" => v / 1e6,
@@ -117,7 +129,11 @@ impl Buffer {
         "a positive number with a unit: pkt (full-size packets), B, kB, MB (bytes) or bdp, e.g. `100pkt` or `0.5bdp`";
 
     pub fn parse(s: &str) -> Result<Buffer, ParseError> {
-        let err = || ParseError { input: s.into(), what: "buffer", expected: Self::EXPECTED };
+        let err = || ParseError {
+            input: s.into(),
+            what: "buffer",
+            expected: Self::EXPECTED,
+        };
         let (v, unit) = split_number(s).ok_or_else(err)?;
         if v <= 0.0 {
             return Err(err());
@@ -183,7 +199,15 @@ mod tests {
         assert_eq!(Rate::parse("1.5Gbit/s").map(Rate::bps), Ok(1_500_000_000));
         assert_eq!(Rate::parse("500kbit").map(Rate::bps), Ok(500_000));
         assert_eq!(Rate::parse("20mbps").map(Rate::bps), Ok(20_000_000));
-        for bad in ["0mbit", "-5mbit", "30", "30 furlongs", "NaNmbit", "infmbit", ""] {
+        for bad in [
+            "0mbit",
+            "-5mbit",
+            "30",
+            "30 furlongs",
+            "NaNmbit",
+            "infmbit",
+            "",
+        ] {
             let e = Rate::parse(bad).expect_err(bad);
             assert!(e.to_string().contains("e.g. `30mbit`"), "{e}");
         }
@@ -191,10 +215,16 @@ mod tests {
 
     #[test]
     fn spans() {
-        assert_eq!(Span::parse("40ms").map(|s| s.0), Ok(Duration::from_millis(40)));
+        assert_eq!(
+            Span::parse("40ms").map(|s| s.0),
+            Ok(Duration::from_millis(40))
+        );
         assert_eq!(Span::parse("3s").map(|s| s.0), Ok(Duration::from_secs(3)));
         assert_eq!(Span::parse("0s").map(|s| s.0), Ok(Duration::ZERO));
-        assert_eq!(Span::parse("1.5min").map(|s| s.0), Ok(Duration::from_secs(90)));
+        assert_eq!(
+            Span::parse("1.5min").map(|s| s.0),
+            Ok(Duration::from_secs(90))
+        );
         for bad in ["-10ms", "10", "10 parsecs", "NaNs"] {
             assert!(Span::parse(bad).is_err(), "{bad}");
         }
@@ -205,10 +235,22 @@ mod tests {
         let rate = Rate(20e6);
         let rtt = Duration::from_millis(40);
         // 1 BDP of 20 Mbit/s x 40 ms = 100 000 bytes.
-        assert_eq!(Buffer::parse("1bdp").map(|b| b.bytes(rate, rtt, 1514)), Ok(100_000));
-        assert_eq!(Buffer::parse("0.3bdp").map(|b| b.bytes(rate, rtt, 1514)), Ok(30_000));
-        assert_eq!(Buffer::parse("100pkt").map(|b| b.bytes(rate, rtt, 1514)), Ok(151_400));
-        assert_eq!(Buffer::parse("150kB").map(|b| b.bytes(rate, rtt, 1514)), Ok(150_000));
+        assert_eq!(
+            Buffer::parse("1bdp").map(|b| b.bytes(rate, rtt, 1514)),
+            Ok(100_000)
+        );
+        assert_eq!(
+            Buffer::parse("0.3bdp").map(|b| b.bytes(rate, rtt, 1514)),
+            Ok(30_000)
+        );
+        assert_eq!(
+            Buffer::parse("100pkt").map(|b| b.bytes(rate, rtt, 1514)),
+            Ok(151_400)
+        );
+        assert_eq!(
+            Buffer::parse("150kB").map(|b| b.bytes(rate, rtt, 1514)),
+            Ok(150_000)
+        );
         for bad in ["0pkt", "-1bdp", "12", "3 bananas"] {
             assert!(Buffer::parse(bad).is_err(), "{bad}");
         }

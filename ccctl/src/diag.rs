@@ -1,0 +1,1397 @@
+//! Fast per-socket TCP state sampling through `NETLINK_SOCK_DIAG` (inet_diag),
+//! the interface `ss` itself uses, without forking `ss`.
+//!
+//! # What it does
+//!
+//! [`DiagSocket::tcp_sockets`] sends one `SOCK_DIAG_BY_FAMILY` dump request
+//! (`struct inet_diag_req_v2`, family `AF_INET`, protocol `IPPROTO_TCP`) for
+//! the sockets that may still send data — `ESTABLISHED`, `FIN_WAIT1`,
+//! `FIN_WAIT2`, `CLOSE_WAIT`, `LAST_ACK`, `CLOSING` — asking for the
+//! `INET_DIAG_INFO` (`struct tcp_info`) and `INET_DIAG_CONG` (congestion
+//! control name) attributes. It reads the multipart reply until
+//! `NLMSG_DONE` and returns one [`TcpSocket`] per kernel socket. One dump
+//! costs a handful of syscalls, so it is cheap enough to run every 100 ms.
+//!
+//! Only IPv4 (`AF_INET`) sockets are reported. A socket created as
+//! `AF_INET6` and carrying v4-mapped addresses (e.g. one accepted by a
+//! dual-stack listener on `::`) is an `AF_INET6` socket to the kernel and is
+//! not part of the dump.
+//!
+//! # Network namespaces
+//!
+//! A netlink socket answers for the network namespace it was created in,
+//! for its whole life, whichever namespace the thread using it is in later.
+//! [`DiagSocket::open_in_netns`] therefore opens the namespace file (e.g.
+//! `/run/netns/<name>`, bind-mounted there by `ip netns add`), starts a
+//! short-lived scoped helper thread that calls `setns(fd, CLONE_NEWNET)` —
+//! which only moves that thread — creates the socket there and hands the fd
+//! back before exiting. The calling thread's namespace is never touched, and
+//! the resulting [`DiagSocket`] can be used from any thread afterwards.
+//!
+//! # `struct tcp_info` fields and units
+//!
+//! [`parse_tcp_info`] reads `struct tcp_info` (`linux/tcp.h`) by fixed byte
+//! offsets in host byte order. The kernel sends its own
+//! `sizeof(struct tcp_info)` (232 bytes on 6.1, 280 on 6.18: fields get
+//! appended), so every field that lies beyond the length actually received is
+//! reported as `None`. The first 104 bytes (up to and including
+//! `tcpi_total_retrans`, present since Linux 2.6) are required
+//! ([`TCP_INFO_MIN_LEN`]); shorter blobs are rejected.
+//!
+//! | offset | size | `tcp_info` field                  | [`TcpInfo`] field           | unit      | since |
+//! |-------:|-----:|-----------------------------------|-----------------------------|-----------|-------|
+//! |      1 |    1 | `tcpi_ca_state`                   | `ca_state`                  | enum      | 2.6   |
+//! |      2 |    1 | `tcpi_retransmits`                | `retransmits`               | count     | 2.6   |
+//! |      7 |    1 | `tcpi_delivery_rate_app_limited:1`| `delivery_rate_app_limited` | bit 0 (LE)| 4.9   |
+//! |      8 |    4 | `tcpi_rto`                        | `rto_us`                    | µs        | 2.6   |
+//! |     16 |    4 | `tcpi_snd_mss`                    | `snd_mss`                   | bytes     | 2.6   |
+//! |     24 |    4 | `tcpi_unacked`                    | `unacked`                   | segments  | 2.6   |
+//! |     28 |    4 | `tcpi_sacked`                     | `sacked`                    | segments  | 2.6   |
+//! |     32 |    4 | `tcpi_lost`                       | `lost`                      | segments  | 2.6   |
+//! |     36 |    4 | `tcpi_retrans`                    | `retrans`                   | segments  | 2.6   |
+//! |     68 |    4 | `tcpi_rtt`                        | `rtt_us`                    | µs (srtt) | 2.6   |
+//! |     72 |    4 | `tcpi_rttvar`                     | `rttvar_us`                 | µs        | 2.6   |
+//! |     76 |    4 | `tcpi_snd_ssthresh`               | `snd_ssthresh`              | segments  | 2.6   |
+//! |     80 |    4 | `tcpi_snd_cwnd`                   | `snd_cwnd`                  | segments  | 2.6   |
+//! |    100 |    4 | `tcpi_total_retrans`              | `total_retrans`             | segments  | 2.6   |
+//! |    104 |    8 | `tcpi_pacing_rate`                | `pacing_rate`               | bytes/s   | 3.15  |
+//! |    120 |    8 | `tcpi_bytes_acked`                | `bytes_acked`               | bytes     | 4.1   |
+//! |    128 |    8 | `tcpi_bytes_received`             | `bytes_received`            | bytes     | 4.1   |
+//! |    136 |    4 | `tcpi_segs_out`                   | `segs_out`                  | segments  | 4.2   |
+//! |    144 |    4 | `tcpi_notsent_bytes`              | `notsent_bytes`             | bytes     | 4.6   |
+//! |    148 |    4 | `tcpi_min_rtt`                    | `min_rtt_us`                | µs        | 4.6   |
+//! |    156 |    4 | `tcpi_data_segs_out`              | `data_segs_out`             | segments  | 4.6   |
+//! |    160 |    8 | `tcpi_delivery_rate`              | `delivery_rate`             | bytes/s   | 4.9   |
+//! |    192 |    4 | `tcpi_delivered`                  | `delivered`                 | segments  | 4.18  |
+//! |    200 |    8 | `tcpi_bytes_sent`                 | `bytes_sent`                | bytes     | 4.19  |
+//! |    208 |    8 | `tcpi_bytes_retrans`              | `bytes_retrans`             | bytes     | 4.19  |
+//!
+//! `pacing_rate` is `u64::MAX` when pacing is unlimited and is kept as is.
+//! `snd_cwnd`/`snd_ssthresh` are in segments (multiply by `snd_mss` for
+//! bytes); an ssthresh of `0x7fff_ffff` means "infinite" (still slow start).
+//!
+//! # Robustness
+//!
+//! Nothing received from the kernel is trusted: every length is checked,
+//! malformed messages become [`DiagError::Parse`], and a reply is always
+//! read to its end (`NLMSG_DONE`/`NLMSG_ERROR`) even after an error, so the
+//! next dump starts clean. Replies carrying another sequence number (left
+//! over from an aborted dump) are ignored.
+
+use std::fs::File;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+/// TCP states as used in [`TcpSocket::state`] (`include/net/tcp_states.h`).
+pub mod tcp_state {
+    pub const ESTABLISHED: u8 = 1;
+    pub const SYN_SENT: u8 = 2;
+    pub const SYN_RECV: u8 = 3;
+    pub const FIN_WAIT1: u8 = 4;
+    pub const FIN_WAIT2: u8 = 5;
+    pub const TIME_WAIT: u8 = 6;
+    pub const CLOSE: u8 = 7;
+    pub const CLOSE_WAIT: u8 = 8;
+    pub const LAST_ACK: u8 = 9;
+    pub const LISTEN: u8 = 10;
+    pub const CLOSING: u8 = 11;
+    pub const NEW_SYN_RECV: u8 = 12;
+
+    /// The name `ss` prints for a state (`ESTAB`, `FIN-WAIT-1`, …).
+    pub fn name(state: u8) -> &'static str {
+        match state {
+            ESTABLISHED => "ESTAB",
+            SYN_SENT => "SYN-SENT",
+            SYN_RECV => "SYN-RECV",
+            FIN_WAIT1 => "FIN-WAIT-1",
+            FIN_WAIT2 => "FIN-WAIT-2",
+            TIME_WAIT => "TIME-WAIT",
+            CLOSE => "UNCONN",
+            CLOSE_WAIT => "CLOSE-WAIT",
+            LAST_ACK => "LAST-ACK",
+            LISTEN => "LISTEN",
+            CLOSING => "CLOSING",
+            NEW_SYN_RECV => "NEW-SYN-RECV",
+            _ => "UNKNOWN",
+        }
+    }
+
+    /// Bit of `state` in an `idiag_states` mask.
+    pub const fn bit(state: u8) -> u32 {
+        1u32 << (state as u32 & 31)
+    }
+}
+
+/// `idiag_states` mask used by [`DiagSocket::tcp_sockets`]: the states in
+/// which a connection may still send (ESTABLISHED, FIN_WAIT1, FIN_WAIT2,
+/// CLOSE_WAIT, LAST_ACK, CLOSING).
+pub const SENDER_STATES: u32 = tcp_state::bit(tcp_state::ESTABLISHED)
+    | tcp_state::bit(tcp_state::FIN_WAIT1)
+    | tcp_state::bit(tcp_state::FIN_WAIT2)
+    | tcp_state::bit(tcp_state::CLOSE_WAIT)
+    | tcp_state::bit(tcp_state::LAST_ACK)
+    | tcp_state::bit(tcp_state::CLOSING);
+
+/// Shortest `struct tcp_info` blob [`parse_tcp_info`] accepts: everything up
+/// to and including `tcpi_total_retrans` (offset 100, 4 bytes).
+pub const TCP_INFO_MIN_LEN: usize = 104;
+
+// Netlink / sock_diag wire constants (linux/netlink.h, linux/sock_diag.h,
+// linux/inet_diag.h).
+const NLMSG_HDRLEN: usize = 16;
+const NLMSG_NOOP: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLMSG_OVERRUN: u16 = 4;
+const NLM_F_REQUEST: u16 = 0x01;
+const NLM_F_DUMP_INTR: u16 = 0x10;
+const NLM_F_DUMP: u16 = 0x100 | 0x200; // NLM_F_ROOT | NLM_F_MATCH
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const INET_DIAG_REQ_V2_LEN: usize = 56;
+const INET_DIAG_MSG_LEN: usize = 72;
+const INET_DIAG_INFO: u16 = 2;
+const INET_DIAG_CONG: u16 = 4;
+const RTA_HDRLEN: usize = 4;
+const NLA_TYPE_MASK: u16 = !(0x8000 | 0x4000); // strip NLA_F_NESTED / NLA_F_NET_BYTEORDER
+
+/// Receive buffer size. The kernel sizes dump datagrams to at most ~32 KiB
+/// (and to the reader's buffer), so this is never expected to truncate.
+const RECV_BUF_LEN: usize = 64 * 1024;
+/// Upper bound the buffer may grow to after a truncated datagram.
+const RECV_BUF_MAX: usize = 1024 * 1024;
+/// A dump reply that does not arrive within this time is an error rather
+/// than a hang.
+const RECV_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors from opening a [`DiagSocket`] or dumping sockets through it.
+#[derive(Debug, thiserror::Error)]
+pub enum DiagError {
+    #[error("opening network namespace {}: {source}", .path.display())]
+    OpenNetns {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("entering network namespace {} (setns CLONE_NEWNET): {source}", .path.display())]
+    EnterNetns {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("starting helper thread to enter network namespace {}: {source}", .path.display())]
+    Thread {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("helper thread entering network namespace {} panicked", .path.display())]
+    ThreadPanicked { path: PathBuf },
+    #[error("creating NETLINK_SOCK_DIAG socket: {source}")]
+    Socket {
+        #[source]
+        source: io::Error,
+    },
+    #[error("configuring NETLINK_SOCK_DIAG socket ({what}): {source}")]
+    SockOpt {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("sending sock_diag dump request: {source}")]
+    Send {
+        #[source]
+        source: io::Error,
+    },
+    #[error("receiving sock_diag dump reply: {source}")]
+    Recv {
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel answered the request with `NLMSG_ERROR` (negative errno).
+    #[error("kernel rejected sock_diag dump request: {source}")]
+    Kernel {
+        #[source]
+        source: io::Error,
+    },
+    #[error("sock_diag reply datagram truncated: {len} bytes, receive buffer {cap} bytes")]
+    Truncated { len: usize, cap: usize },
+    #[error("malformed sock_diag reply: {detail}")]
+    Parse { detail: String },
+}
+
+fn parse_err(detail: impl Into<String>) -> DiagError {
+    DiagError::Parse {
+        detail: detail.into(),
+    }
+}
+
+/// One TCP socket as reported by inet_diag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcpSocket {
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    /// `tcp_state::ESTABLISHED` (1), …
+    pub state: u8,
+    /// inet_diag socket cookie: unique per socket for the life of the
+    /// kernel (not reused), so a stable identifier across samples.
+    pub cookie: u64,
+    /// Congestion control name from `INET_DIAG_CONG`.
+    pub cc: Option<String>,
+    /// `struct tcp_info` from `INET_DIAG_INFO`.
+    pub info: Option<TcpInfo>,
+}
+
+/// The `struct tcp_info` fields the lab uses; see the module docs for
+/// offsets and units. `Option` fields are `None` when the kernel's
+/// `tcp_info` is too short to contain them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TcpInfo {
+    pub ca_state: u8,
+    pub retransmits: u8,
+    pub delivery_rate_app_limited: bool,
+    pub rto_us: u32,
+    pub snd_mss: u32,
+    pub unacked: u32,
+    pub sacked: u32,
+    pub lost: u32,
+    pub retrans: u32,
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub snd_ssthresh: u32,
+    pub snd_cwnd: u32,
+    pub total_retrans: u32,
+    /// bytes/s as the kernel reports it; `u64::MAX` = unlimited.
+    pub pacing_rate: Option<u64>,
+    pub bytes_acked: Option<u64>,
+    pub bytes_received: Option<u64>,
+    pub segs_out: Option<u32>,
+    pub notsent_bytes: Option<u32>,
+    pub min_rtt_us: Option<u32>,
+    pub data_segs_out: Option<u32>,
+    /// bytes/s
+    pub delivery_rate: Option<u64>,
+    pub delivered: Option<u32>,
+    pub bytes_sent: Option<u64>,
+    pub bytes_retrans: Option<u64>,
+}
+
+fn u16_ne(b: &[u8], off: usize) -> Option<u16> {
+    let s = b.get(off..off.checked_add(2)?)?;
+    Some(u16::from_ne_bytes([s[0], s[1]]))
+}
+
+fn u16_be(b: &[u8], off: usize) -> Option<u16> {
+    let s = b.get(off..off.checked_add(2)?)?;
+    Some(u16::from_be_bytes([s[0], s[1]]))
+}
+
+fn u32_ne(b: &[u8], off: usize) -> Option<u32> {
+    let s = b.get(off..off.checked_add(4)?)?;
+    Some(u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u64_ne(b: &[u8], off: usize) -> Option<u64> {
+    let s = b.get(off..off.checked_add(8)?)?;
+    Some(u64::from_ne_bytes([
+        s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+    ]))
+}
+
+/// Rounds up to the 4-byte netlink alignment (NLMSG_ALIGN / RTA_ALIGN).
+fn align4(n: usize) -> usize {
+    n.saturating_add(3) & !3
+}
+
+/// Parses one `struct tcp_info` blob of any length.
+///
+/// Returns `None` if `b` is shorter than [`TCP_INFO_MIN_LEN`] (104 bytes,
+/// through `tcpi_total_retrans`). The non-`Option` fields all lie in that
+/// prefix; each `Option` field is `Some` only if `b` covers it completely.
+pub fn parse_tcp_info(b: &[u8]) -> Option<TcpInfo> {
+    if b.len() < TCP_INFO_MIN_LEN {
+        return None;
+    }
+    let byte = |off: usize| b.get(off).copied().unwrap_or(0);
+    let u32p = |off: usize| u32_ne(b, off).unwrap_or(0);
+    // `__u8 tcpi_delivery_rate_app_limited:1, tcpi_fastopen_client_fail:2;`
+    // The first bitfield member is the least significant bit on
+    // little-endian ABIs and the most significant one on big-endian ABIs.
+    let app_limited_mask = if cfg!(target_endian = "little") {
+        0x01
+    } else {
+        0x80
+    };
+    Some(TcpInfo {
+        ca_state: byte(1),
+        retransmits: byte(2),
+        delivery_rate_app_limited: byte(7) & app_limited_mask != 0,
+        rto_us: u32p(8),
+        snd_mss: u32p(16),
+        unacked: u32p(24),
+        sacked: u32p(28),
+        lost: u32p(32),
+        retrans: u32p(36),
+        rtt_us: u32p(68),
+        rttvar_us: u32p(72),
+        snd_ssthresh: u32p(76),
+        snd_cwnd: u32p(80),
+        total_retrans: u32p(100),
+        pacing_rate: u64_ne(b, 104),
+        bytes_acked: u64_ne(b, 120),
+        bytes_received: u64_ne(b, 128),
+        segs_out: u32_ne(b, 136),
+        notsent_bytes: u32_ne(b, 144),
+        min_rtt_us: u32_ne(b, 148),
+        data_segs_out: u32_ne(b, 156),
+        delivery_rate: u64_ne(b, 160),
+        delivered: u32_ne(b, 192),
+        bytes_sent: u64_ne(b, 200),
+        bytes_retrans: u64_ne(b, 208),
+    })
+}
+
+/// Builds `nlmsghdr` + `inet_diag_req_v2` for a dump of `family` TCP sockets
+/// in `states`, requesting INET_DIAG_INFO and INET_DIAG_CONG.
+fn build_request(seq: u32, family: u8, states: u32) -> [u8; NLMSG_HDRLEN + INET_DIAG_REQ_V2_LEN] {
+    const LEN: usize = NLMSG_HDRLEN + INET_DIAG_REQ_V2_LEN;
+    let mut m = [0u8; LEN];
+    // struct nlmsghdr
+    m[0..4].copy_from_slice(&(LEN as u32).to_ne_bytes()); // nlmsg_len
+    m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes()); // nlmsg_type
+    m[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes()); // nlmsg_flags
+    m[8..12].copy_from_slice(&seq.to_ne_bytes()); // nlmsg_seq
+                                                  // nlmsg_pid = 0 (bytes 12..16)
+                                                  // struct inet_diag_req_v2
+    let r = NLMSG_HDRLEN;
+    m[r] = family; // sdiag_family
+    m[r + 1] = libc::IPPROTO_TCP as u8; // sdiag_protocol
+    m[r + 2] = (1u8 << (INET_DIAG_INFO - 1)) | (1u8 << (INET_DIAG_CONG - 1)); // idiag_ext
+                                                                              // pad = 0
+    m[r + 4..r + 8].copy_from_slice(&states.to_ne_bytes()); // idiag_states
+                                                            // struct inet_diag_sockid id: all zero (no filter; cookie 0 = none)
+    m
+}
+
+/// Decodes the IPv4 address at the start of a 16-byte `__be32[4]` field.
+fn ipv4_at(b: &[u8], off: usize) -> Option<Ipv4Addr> {
+    let s = b.get(off..off.checked_add(4)?)?;
+    Some(Ipv4Addr::new(s[0], s[1], s[2], s[3]))
+}
+
+/// Parses the payload of one `SOCK_DIAG_BY_FAMILY` reply message:
+/// `struct inet_diag_msg` followed by rtattrs. Returns `Ok(None)` for a
+/// socket of another address family.
+fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagError> {
+    if p.len() < INET_DIAG_MSG_LEN {
+        return Err(parse_err(format!(
+            "inet_diag_msg payload of {} bytes, expected at least {INET_DIAG_MSG_LEN}",
+            p.len()
+        )));
+    }
+    // struct inet_diag_msg layout:
+    //   0 family u8, 1 state u8, 2 timer u8, 3 retrans u8,
+    //   4 sockid { 4 sport be16, 6 dport be16, 8 src be32[4], 24 dst be32[4],
+    //              40 if u32, 44 cookie u32[2] },
+    //   52 expires, 56 rqueue, 60 wqueue, 64 uid, 68 inode (u32 each)
+    let family = p[0];
+    let state = p[1];
+    if i32::from(family) != libc::AF_INET {
+        tracing::trace!(family, "sock_diag: skipping socket of another family");
+        return Ok(None);
+    }
+    let short = || parse_err("inet_diag_msg shorter than its fixed layout");
+    let sport = u16_be(p, 4).ok_or_else(short)?;
+    let dport = u16_be(p, 6).ok_or_else(short)?;
+    let src = ipv4_at(p, 8).ok_or_else(short)?;
+    let dst = ipv4_at(p, 24).ok_or_else(short)?;
+    let cookie_lo = u32_ne(p, 44).ok_or_else(short)?;
+    let cookie_hi = u32_ne(p, 48).ok_or_else(short)?;
+    let mut sock = TcpSocket {
+        local: SocketAddrV4::new(src, sport),
+        remote: SocketAddrV4::new(dst, dport),
+        state,
+        cookie: u64::from(cookie_hi) << 32 | u64::from(cookie_lo),
+        cc: None,
+        info: None,
+    };
+
+    let mut rest = p.get(align4(INET_DIAG_MSG_LEN)..).unwrap_or(&[]);
+    while rest.len() >= RTA_HDRLEN {
+        let rta_len = usize::from(u16_ne(rest, 0).unwrap_or(0));
+        let rta_type = u16_ne(rest, 2).unwrap_or(0) & NLA_TYPE_MASK;
+        if rta_len < RTA_HDRLEN || rta_len > rest.len() {
+            return Err(parse_err(format!(
+                "rtattr type {rta_type} with length {rta_len}, {} bytes left",
+                rest.len()
+            )));
+        }
+        let data = &rest[RTA_HDRLEN..rta_len];
+        match rta_type {
+            INET_DIAG_INFO => {
+                sock.info = parse_tcp_info(data);
+                if sock.info.is_none() {
+                    tracing::debug!(
+                        len = data.len(),
+                        "sock_diag: INET_DIAG_INFO shorter than {TCP_INFO_MIN_LEN} bytes, ignored"
+                    );
+                }
+            }
+            INET_DIAG_CONG => {
+                let name = data.split(|&c| c == 0).next().unwrap_or(&[]);
+                if !name.is_empty() {
+                    sock.cc = Some(String::from_utf8_lossy(name).into_owned());
+                }
+            }
+            _ => {}
+        }
+        rest = rest.get(align4(rta_len)..).unwrap_or(&[]);
+    }
+    Ok(Some(sock))
+}
+
+/// Accumulates the result of one dump across reply datagrams.
+struct Dump<'a> {
+    seq: u32,
+    out: &'a mut Vec<TcpSocket>,
+    /// First error seen; the reply is still read to its end.
+    err: Option<DiagError>,
+    /// `NLMSG_DONE` or `NLMSG_ERROR` for our sequence number seen.
+    done: bool,
+    interrupted: bool,
+}
+
+impl<'a> Dump<'a> {
+    fn new(seq: u32, out: &'a mut Vec<TcpSocket>) -> Self {
+        Dump {
+            seq,
+            out,
+            err: None,
+            done: false,
+            interrupted: false,
+        }
+    }
+
+    fn record(&mut self, e: DiagError) {
+        if self.err.is_none() {
+            self.err = Some(e);
+        }
+    }
+
+    /// Walks the netlink messages of one received datagram.
+    fn feed(&mut self, mut d: &[u8]) {
+        while !d.is_empty() && !self.done {
+            if d.len() < NLMSG_HDRLEN {
+                self.record(parse_err(format!(
+                    "{} trailing bytes, shorter than a netlink header",
+                    d.len()
+                )));
+                return;
+            }
+            let len = u32_ne(d, 0).map_or(0, |v| v as usize);
+            let typ = u16_ne(d, 4).unwrap_or(0);
+            let flags = u16_ne(d, 6).unwrap_or(0);
+            let seq = u32_ne(d, 8).unwrap_or(0);
+            if len < NLMSG_HDRLEN || len > d.len() {
+                self.record(parse_err(format!(
+                    "netlink message length {len} with {} bytes in datagram",
+                    d.len()
+                )));
+                return;
+            }
+            let payload = &d[NLMSG_HDRLEN..len];
+            d = d.get(align4(len)..).unwrap_or(&[]);
+
+            if seq != self.seq {
+                tracing::trace!(
+                    seq,
+                    want = self.seq,
+                    typ,
+                    "sock_diag: skipping stale message"
+                );
+                continue;
+            }
+            if flags & NLM_F_DUMP_INTR != 0 {
+                self.interrupted = true;
+            }
+            match typ {
+                NLMSG_NOOP => {}
+                NLMSG_DONE => {
+                    self.done = true;
+                    // Payload is an int: 0, or a negative errno if the dump
+                    // failed part-way.
+                    if let Some(v) = u32_ne(payload, 0) {
+                        let errno = v as i32;
+                        if errno < 0 {
+                            self.record(DiagError::Kernel {
+                                source: io::Error::from_raw_os_error(errno.saturating_neg()),
+                            });
+                        }
+                    }
+                }
+                NLMSG_ERROR => match u32_ne(payload, 0).map(|v| v as i32) {
+                    Some(0) => {} // an ACK; not requested, harmless
+                    Some(errno) => {
+                        self.done = true;
+                        self.record(DiagError::Kernel {
+                            source: io::Error::from_raw_os_error(errno.saturating_neg()),
+                        });
+                    }
+                    None => {
+                        self.done = true;
+                        self.record(parse_err("NLMSG_ERROR without an error code"));
+                    }
+                },
+                NLMSG_OVERRUN => {
+                    self.record(parse_err("NLMSG_OVERRUN: data lost"));
+                }
+                SOCK_DIAG_BY_FAMILY => match parse_inet_diag_msg(payload) {
+                    Ok(Some(s)) => self.out.push(s),
+                    Ok(None) => {}
+                    Err(e) => self.record(e),
+                },
+                other => {
+                    tracing::trace!(typ = other, "sock_diag: ignoring unexpected message type");
+                }
+            }
+        }
+    }
+}
+
+struct DumpState {
+    seq: u32,
+    buf: Vec<u8>,
+    /// A dump was started and not read to its end; drain before the next.
+    dirty: bool,
+}
+
+/// A NETLINK_SOCK_DIAG socket bound to one network namespace.
+///
+/// `Send + Sync`; concurrent dumps on one socket are serialised.
+pub struct DiagSocket {
+    fd: OwnedFd,
+    state: Mutex<DumpState>,
+}
+
+impl std::fmt::Debug for DiagSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiagSocket")
+            .field("fd", &self.fd.as_raw_fd())
+            .finish()
+    }
+}
+
+impl AsFd for DiagSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// `socket(AF_NETLINK, SOCK_DGRAM|SOCK_CLOEXEC, NETLINK_SOCK_DIAG)` in the
+/// calling thread's network namespace.
+fn netlink_socket() -> Result<OwnedFd, DiagError> {
+    // SAFETY: plain syscall, no pointers.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if raw < 0 {
+        return Err(DiagError::Socket {
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: `raw` is a freshly created fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+fn retry_eintr(mut f: impl FnMut() -> isize) -> io::Result<usize> {
+    loop {
+        let n = f();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+impl DiagSocket {
+    /// Socket in the caller's current network namespace.
+    pub fn open() -> Result<Self, DiagError> {
+        Self::from_fd(netlink_socket()?)
+    }
+
+    /// Socket in the namespace at `netns_path` (e.g. `/run/netns/foo`, or
+    /// `/proc/<pid>/ns/net`). The socket stays bound to that namespace for
+    /// its life. The calling thread's namespace is left untouched: the
+    /// `setns(CLONE_NEWNET)` happens in a short-lived helper thread that
+    /// only creates the socket.
+    pub fn open_in_netns(netns_path: &Path) -> Result<Self, DiagError> {
+        let ns = File::open(netns_path).map_err(|source| DiagError::OpenNetns {
+            path: netns_path.to_path_buf(),
+            source,
+        })?;
+        let fd = std::thread::scope(|s| {
+            let helper = std::thread::Builder::new()
+                .name("diag-setns".into())
+                .spawn_scoped(s, || {
+                    // SAFETY: valid fd; CLONE_NEWNET only moves this thread,
+                    // which exits right after creating the socket.
+                    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        return Err(DiagError::EnterNetns {
+                            path: netns_path.to_path_buf(),
+                            source: io::Error::last_os_error(),
+                        });
+                    }
+                    netlink_socket()
+                })
+                .map_err(|source| DiagError::Thread {
+                    path: netns_path.to_path_buf(),
+                    source,
+                })?;
+            helper.join().map_err(|_| DiagError::ThreadPanicked {
+                path: netns_path.to_path_buf(),
+            })?
+        })?;
+        tracing::debug!(netns = %netns_path.display(), "opened sock_diag socket in namespace");
+        Self::from_fd(fd)
+    }
+
+    fn from_fd(fd: OwnedFd) -> Result<Self, DiagError> {
+        let tv = libc::timeval {
+            tv_sec: RECV_TIMEOUT.as_secs() as libc::time_t,
+            tv_usec: RECV_TIMEOUT.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: valid fd, pointer/length describe `tv`.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(DiagError::SockOpt {
+                what: "SO_RCVTIMEO",
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(DiagSocket {
+            fd,
+            state: Mutex::new(DumpState {
+                seq: 0,
+                buf: vec![0u8; RECV_BUF_LEN],
+                dirty: false,
+            }),
+        })
+    }
+
+    /// Dumps every IPv4 TCP socket in the states ESTABLISHED, FIN_WAIT1,
+    /// FIN_WAIT2, CLOSE_WAIT, LAST_ACK, CLOSING ([`SENDER_STATES`]) with
+    /// `tcp_info` and congestion-control name.
+    pub fn tcp_sockets(&self) -> Result<Vec<TcpSocket>, DiagError> {
+        self.tcp_sockets_in_states(SENDER_STATES)
+    }
+
+    /// Like [`tcp_sockets`](Self::tcp_sockets) for an arbitrary
+    /// `idiag_states` mask (bit `1 << state`, see [`tcp_state::bit`]).
+    pub fn tcp_sockets_in_states(&self, states: u32) -> Result<Vec<TcpSocket>, DiagError> {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.dump_once(&mut st, states) {
+            // Another dump on this socket is still in progress (one abandoned
+            // without our knowledge, e.g. through a duplicated fd): finish
+            // reading it, then ask again once.
+            Err(DiagError::Kernel { source }) if source.raw_os_error() == Some(libc::EBUSY) => {
+                tracing::debug!("sock_diag dump refused with EBUSY; draining and retrying");
+                st.dirty = true;
+                self.dump_once(&mut st, states)
+            }
+            r => r,
+        }
+    }
+
+    fn dump_once(&self, st: &mut DumpState, states: u32) -> Result<Vec<TcpSocket>, DiagError> {
+        if st.dirty {
+            self.drain(st);
+        }
+        st.seq = st.seq.wrapping_add(1);
+        let seq = st.seq;
+        let req = build_request(seq, libc::AF_INET as u8, states);
+        self.send(&req)?;
+        st.dirty = true;
+
+        let mut out = Vec::new();
+        let mut dump = Dump::new(seq, &mut out);
+        while !dump.done {
+            let cap = st.buf.len();
+            let fd = self.fd.as_raw_fd();
+            let buf = st.buf.as_mut_ptr();
+            // SAFETY: `buf` points to `cap` writable bytes. MSG_TRUNC makes
+            // netlink return the datagram's full length even if larger.
+            let n = retry_eintr(|| unsafe { libc::recv(fd, buf.cast(), cap, libc::MSG_TRUNC) })
+                .map_err(|source| DiagError::Recv { source });
+            let n = match n {
+                Ok(n) => n,
+                // A recorded error (e.g. truncation that swallowed NLMSG_DONE)
+                // explains more than the timeout it led to.
+                Err(e) => return Err(dump.err.take().unwrap_or(e)),
+            };
+            if n == 0 {
+                return Err(dump.err.take().unwrap_or(DiagError::Recv {
+                    source: io::Error::new(io::ErrorKind::UnexpectedEof, "empty datagram"),
+                }));
+            }
+            let got = n.min(cap);
+            if n > cap {
+                dump.record(DiagError::Truncated { len: n, cap });
+            }
+            dump.feed(&st.buf[..got]);
+            if n > cap && cap < RECV_BUF_MAX {
+                let new_len = n.checked_next_power_of_two().unwrap_or(RECV_BUF_MAX);
+                st.buf.resize(new_len.min(RECV_BUF_MAX), 0);
+            }
+        }
+        st.dirty = false;
+        if dump.interrupted {
+            tracing::debug!(
+                "sock_diag dump interrupted by concurrent changes; may be inconsistent"
+            );
+        }
+        match dump.err.take() {
+            Some(e) => Err(e),
+            None => {
+                tracing::trace!(sockets = out.len(), "sock_diag dump");
+                Ok(out)
+            }
+        }
+    }
+
+    fn send(&self, req: &[u8]) -> Result<(), DiagError> {
+        // SAFETY: all-zero is a valid sockaddr_nl (pid 0 = the kernel).
+        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: `req` and `kernel` are valid for the lengths given.
+        let sent = retry_eintr(|| unsafe {
+            libc::sendto(
+                fd,
+                req.as_ptr().cast(),
+                req.len(),
+                0,
+                (&kernel as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        })
+        .map_err(|source| DiagError::Send { source })?;
+        if sent != req.len() {
+            return Err(DiagError::Send {
+                source: io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("sent {sent} of {} bytes", req.len()),
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Discards whatever an earlier, abandoned dump left queued. Reading
+    /// also lets the kernel finish that dump, so a new one is not refused
+    /// with EBUSY.
+    fn drain(&self, st: &mut DumpState) {
+        let fd = self.fd.as_raw_fd();
+        let cap = st.buf.len();
+        let buf = st.buf.as_mut_ptr();
+        let mut discarded = 0usize;
+        for _ in 0..100_000 {
+            // SAFETY: `buf` points to `cap` writable bytes.
+            match retry_eintr(|| unsafe {
+                libc::recv(fd, buf.cast(), cap, libc::MSG_DONTWAIT | libc::MSG_TRUNC)
+            }) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => discarded += 1,
+            }
+        }
+        tracing::debug!(datagrams = discarded, "sock_diag: drained abandoned dump");
+        st.dirty = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Instant;
+
+    fn put32(b: &mut [u8], off: usize, v: u32) {
+        b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+    fn put64(b: &mut [u8], off: usize, v: u64) {
+        b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    /// A 232-byte tcp_info (the Linux 6.1 size) with distinct values.
+    fn sample_tcp_info() -> Vec<u8> {
+        let mut b = vec![0u8; 232];
+        b[0] = 1; // state
+        b[1] = 4; // ca_state = TCP_CA_Loss
+        b[2] = 3; // retransmits
+        b[7] = if cfg!(target_endian = "little") {
+            0x01
+        } else {
+            0x80
+        }; // app_limited
+        put32(&mut b, 8, 204_000); // rto
+        put32(&mut b, 12, 40_000); // ato (not parsed)
+        put32(&mut b, 16, 1448); // snd_mss
+        put32(&mut b, 24, 10); // unacked
+        put32(&mut b, 28, 2); // sacked
+        put32(&mut b, 32, 1); // lost
+        put32(&mut b, 36, 5); // retrans
+        put32(&mut b, 64, 64_000); // rcv_ssthresh (neighbour of rtt)
+        put32(&mut b, 68, 12_345); // rtt
+        put32(&mut b, 72, 678); // rttvar
+        put32(&mut b, 76, 0x7fff_ffff); // snd_ssthresh
+        put32(&mut b, 80, 42); // snd_cwnd
+        put32(&mut b, 84, 65_483); // advmss (neighbour of cwnd)
+        put32(&mut b, 100, 77); // total_retrans
+        put64(&mut b, 104, u64::MAX); // pacing_rate
+        put64(&mut b, 112, 9); // max_pacing_rate (not parsed)
+        put64(&mut b, 120, 1_000_000_007); // bytes_acked
+        put64(&mut b, 128, 3_000); // bytes_received
+        put32(&mut b, 136, 900); // segs_out
+        put32(&mut b, 140, 800); // segs_in
+        put32(&mut b, 144, 4096); // notsent_bytes
+        put32(&mut b, 148, 11_000); // min_rtt
+        put32(&mut b, 152, 7); // data_segs_in
+        put32(&mut b, 156, 880); // data_segs_out
+        put64(&mut b, 160, 125_000_000); // delivery_rate
+        put64(&mut b, 168, 99); // busy_time
+        put32(&mut b, 192, 870); // delivered
+        put32(&mut b, 196, 3); // delivered_ce
+        put64(&mut b, 200, 1_300_000_000); // bytes_sent
+        put64(&mut b, 208, 7_240); // bytes_retrans
+        put32(&mut b, 216, 1); // dsack_dups
+        b
+    }
+
+    #[test]
+    fn parses_full_tcp_info() {
+        let i = parse_tcp_info(&sample_tcp_info()).expect("232 bytes parse");
+        assert_eq!(
+            i,
+            TcpInfo {
+                ca_state: 4,
+                retransmits: 3,
+                delivery_rate_app_limited: true,
+                rto_us: 204_000,
+                snd_mss: 1448,
+                unacked: 10,
+                sacked: 2,
+                lost: 1,
+                retrans: 5,
+                rtt_us: 12_345,
+                rttvar_us: 678,
+                snd_ssthresh: 0x7fff_ffff,
+                snd_cwnd: 42,
+                total_retrans: 77,
+                pacing_rate: Some(u64::MAX),
+                bytes_acked: Some(1_000_000_007),
+                bytes_received: Some(3_000),
+                segs_out: Some(900),
+                notsent_bytes: Some(4096),
+                min_rtt_us: Some(11_000),
+                data_segs_out: Some(880),
+                delivery_rate: Some(125_000_000),
+                delivered: Some(870),
+                bytes_sent: Some(1_300_000_000),
+                bytes_retrans: Some(7_240),
+            }
+        );
+        // Longer blobs (newer kernels append fields) parse the same.
+        let mut longer = sample_tcp_info();
+        longer.resize(320, 0xee);
+        assert_eq!(parse_tcp_info(&longer), Some(i));
+    }
+
+    #[test]
+    fn app_limited_is_only_the_first_bit() {
+        let mut b = sample_tcp_info();
+        // tcpi_fastopen_client_fail (next two bits) set, app_limited clear.
+        b[7] = if cfg!(target_endian = "little") {
+            0x06
+        } else {
+            0x60
+        };
+        assert!(!parse_tcp_info(&b)
+            .map(|i| i.delivery_rate_app_limited)
+            .unwrap_or(true));
+    }
+
+    #[test]
+    fn short_tcp_info_from_old_kernels() {
+        let full = sample_tcp_info();
+        assert_eq!(parse_tcp_info(&full[..TCP_INFO_MIN_LEN - 1]), None);
+        assert_eq!(parse_tcp_info(&[]), None);
+
+        // Linux 2.6-3.14: only the fixed prefix.
+        let i = parse_tcp_info(&full[..TCP_INFO_MIN_LEN]).expect("prefix parses");
+        assert_eq!((i.snd_cwnd, i.rtt_us, i.total_retrans), (42, 12_345, 77));
+        assert_eq!(i.pacing_rate, None);
+        assert_eq!(i.bytes_acked, None);
+        assert_eq!(i.bytes_retrans, None);
+
+        // Linux 4.6-4.8 (160 bytes, through data_segs_out).
+        let i = parse_tcp_info(&full[..160]).expect("parses");
+        assert_eq!(i.pacing_rate, Some(u64::MAX));
+        assert_eq!(i.bytes_acked, Some(1_000_000_007));
+        assert_eq!(i.min_rtt_us, Some(11_000));
+        assert_eq!(i.data_segs_out, Some(880));
+        assert_eq!(i.delivery_rate, None);
+        assert_eq!(i.delivered, None);
+        assert_eq!(i.bytes_sent, None);
+
+        // A field cut in half is absent, not half-read.
+        let i = parse_tcp_info(&full[..124]).expect("parses");
+        assert_eq!(i.pacing_rate, Some(u64::MAX));
+        assert_eq!(i.bytes_acked, None);
+
+        // Linux 4.18 (through delivered_ce, 200 bytes).
+        let i = parse_tcp_info(&full[..200]).expect("parses");
+        assert_eq!(i.delivered, Some(870));
+        assert_eq!(i.bytes_sent, None);
+        assert_eq!(i.bytes_retrans, None);
+    }
+
+    #[test]
+    fn request_layout() {
+        let r = build_request(7, libc::AF_INET as u8, SENDER_STATES);
+        assert_eq!(r.len(), 72);
+        assert_eq!(u32_ne(&r, 0), Some(72));
+        assert_eq!(u16_ne(&r, 4), Some(20));
+        assert_eq!(u16_ne(&r, 6), Some(0x301));
+        assert_eq!(u32_ne(&r, 8), Some(7));
+        assert_eq!(&r[16..19], &[2, 6, 0b1010]);
+        assert_eq!(u32_ne(&r, 20), Some(0b1011_0011_0010));
+        assert!(r[24..].iter().all(|&b| b == 0));
+    }
+
+    // --- synthetic netlink replies ---------------------------------------
+
+    fn nlmsg(typ: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&typ.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&4242u32.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m.resize(align4(m.len()), 0);
+        m
+    }
+
+    fn rta(typ: u16, data: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((RTA_HDRLEN + data.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&typ.to_ne_bytes());
+        a.extend_from_slice(data);
+        a.resize(align4(a.len()), 0);
+        a
+    }
+
+    fn diag_msg(family: u8, state: u8, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut p = vec![0u8; INET_DIAG_MSG_LEN];
+        p[0] = family;
+        p[1] = state;
+        p[4..6].copy_from_slice(&40000u16.to_be_bytes());
+        p[6..8].copy_from_slice(&5201u16.to_be_bytes());
+        p[8..12].copy_from_slice(&[10, 0, 0, 1]);
+        p[24..28].copy_from_slice(&[10, 0, 0, 2]);
+        put32(&mut p, 44, 0xdead_beef);
+        put32(&mut p, 48, 0x12);
+        put32(&mut p, 68, 987_654); // inode
+        for a in attrs {
+            p.extend_from_slice(a);
+        }
+        p
+    }
+
+    #[test]
+    fn parses_reply_datagram() {
+        let info = sample_tcp_info();
+        let msg = diag_msg(
+            libc::AF_INET as u8,
+            tcp_state::ESTABLISHED,
+            &[
+                rta(1, &[0; 20]),
+                rta(INET_DIAG_CONG, b"bbr\0"),
+                rta(INET_DIAG_INFO, &info),
+            ],
+        );
+        let mut d = nlmsg(SOCK_DIAG_BY_FAMILY, 2, 9, &msg);
+        d.extend(nlmsg(SOCK_DIAG_BY_FAMILY, 2, 8, &msg)); // stale seq: skipped
+        d.extend(nlmsg(
+            SOCK_DIAG_BY_FAMILY,
+            2,
+            9,
+            &diag_msg(libc::AF_INET as u8, 8, &[]),
+        ));
+        d.extend(nlmsg(NLMSG_DONE, 2, 9, &0i32.to_ne_bytes()));
+        let mut out = Vec::new();
+        let mut dump = Dump::new(9, &mut out);
+        dump.feed(&d);
+        assert!(dump.done);
+        assert!(dump.err.is_none(), "{:?}", dump.err);
+        assert_eq!(out.len(), 2);
+        let s = &out[0];
+        assert_eq!(s.local, "10.0.0.1:40000".parse().expect("addr"));
+        assert_eq!(s.remote, "10.0.0.2:5201".parse().expect("addr"));
+        assert_eq!(s.state, 1);
+        assert_eq!(s.cookie, 0x12_dead_beef);
+        assert_eq!(s.cc.as_deref(), Some("bbr"));
+        assert_eq!(s.info, parse_tcp_info(&info));
+        assert_eq!(
+            (out[1].state, out[1].cc.as_ref(), out[1].info.as_ref()),
+            (8, None, None)
+        );
+    }
+
+    #[test]
+    fn kernel_error_reply() {
+        let mut payload = (-libc::EBUSY).to_ne_bytes().to_vec();
+        payload.extend_from_slice(&[0; 16]); // echoed request header
+        let d = nlmsg(NLMSG_ERROR, 0, 3, &payload);
+        let mut out = Vec::new();
+        let mut dump = Dump::new(3, &mut out);
+        dump.feed(&d);
+        assert!(dump.done);
+        match dump.err {
+            Some(DiagError::Kernel { source }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::EBUSY))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // DONE carrying a negative errno
+        let d = nlmsg(NLMSG_DONE, 2, 4, &(-libc::ENOMEM).to_ne_bytes());
+        let mut dump = Dump::new(4, &mut out);
+        dump.feed(&d);
+        assert!(dump.done);
+        assert!(matches!(dump.err, Some(DiagError::Kernel { .. })));
+    }
+
+    #[test]
+    fn malformed_replies_do_not_panic() {
+        let good = diag_msg(libc::AF_INET as u8, 1, &[rta(INET_DIAG_CONG, b"cubic\0")]);
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        // nlmsg_len 0, too large, shorter than header, short trailing bytes
+        let mut m = nlmsg(SOCK_DIAG_BY_FAMILY, 2, 1, &good);
+        m[0..4].copy_from_slice(&0u32.to_ne_bytes());
+        cases.push(m);
+        let mut m = nlmsg(SOCK_DIAG_BY_FAMILY, 2, 1, &good);
+        m[0..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        cases.push(m);
+        let mut m = nlmsg(SOCK_DIAG_BY_FAMILY, 2, 1, &good);
+        m[0..4].copy_from_slice(&10u32.to_ne_bytes());
+        cases.push(m);
+        cases.push(vec![1, 2, 3]);
+        // inet_diag_msg too short
+        cases.push(nlmsg(SOCK_DIAG_BY_FAMILY, 2, 1, &good[..40]));
+        // rtattr length beyond payload, and below header size
+        for bad_len in [0u16, 3, 200, u16::MAX] {
+            let mut p = good.clone();
+            p[72..74].copy_from_slice(&bad_len.to_ne_bytes());
+            cases.push(nlmsg(SOCK_DIAG_BY_FAMILY, 2, 1, &p));
+        }
+        // NLMSG_ERROR without an errno
+        cases.push(nlmsg(NLMSG_ERROR, 0, 1, &[0xff, 0xff]));
+        for (i, c) in cases.iter().enumerate() {
+            let mut out = Vec::new();
+            let mut dump = Dump::new(1, &mut out);
+            dump.feed(c);
+            assert!(
+                matches!(dump.err, Some(DiagError::Parse { .. })),
+                "case {i}: {:?}",
+                dump.err
+            );
+            // every prefix of every case, too
+            for cut in 0..c.len() {
+                let mut out = Vec::new();
+                Dump::new(1, &mut out).feed(&c[..cut]);
+            }
+        }
+        // A short or empty INET_DIAG_INFO is just absent.
+        let p = diag_msg(
+            libc::AF_INET as u8,
+            1,
+            &[rta(INET_DIAG_INFO, &[1; 50]), rta(INET_DIAG_CONG, b"")],
+        );
+        let s = parse_inet_diag_msg(&p).expect("ok").expect("some");
+        assert_eq!((s.info, s.cc), (None, None));
+    }
+
+    // --- live tests ---------------------------------------------------------
+
+    #[test]
+    fn recovers_from_abandoned_dump() -> Result<(), Box<dyn std::error::Error>> {
+        // Enough sockets that a dump spans several datagrams.
+        let listeners = (0..200)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let _conns = listeners
+            .iter()
+            .map(|l| TcpStream::connect(l.local_addr()?))
+            .collect::<Result<Vec<_>, _>>()?;
+        let d = DiagSocket::open()?;
+        let n = d.tcp_sockets()?.len();
+        assert!(n >= 400, "{n}");
+        // A dump the DiagSocket does not know about: the kernel answers the
+        // next request with EBUSY, which must be drained and retried.
+        d.send(&build_request(0xdead, libc::AF_INET as u8, SENDER_STATES))?;
+        assert!(d.tcp_sockets()?.len() >= 400);
+        // A dump abandoned part-way (as after a receive error) is drained.
+        d.send(&build_request(0xbeef, libc::AF_INET as u8, SENDER_STATES))?;
+        d.state.lock().unwrap_or_else(PoisonError::into_inner).dirty = true;
+        assert!(d.tcp_sockets()?.len() >= 400);
+        assert!(d.tcp_sockets()?.len() >= 400);
+        Ok(())
+    }
+
+    #[test]
+    fn live_loopback_connection() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let server_addr = listener.local_addr()?;
+        let mut client = TcpStream::connect(server_addr)?;
+        let client_addr = client.local_addr()?;
+        let (mut server, _) = listener.accept()?;
+        const N: usize = 1 << 20;
+        let writer = std::thread::spawn(move || -> std::io::Result<TcpStream> {
+            client.write_all(&vec![0x5a; N])?;
+            client.flush()?;
+            Ok(client)
+        });
+        let mut got = vec![0u8; N];
+        server.read_exact(&mut got)?;
+        let _client = writer.join().map_err(|_| "writer panicked")??;
+
+        let diag = DiagSocket::open()?;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let sock = loop {
+            let all = diag.tcp_sockets()?;
+            let found = all.into_iter().find(|s| {
+                s.local.port() == client_addr.port() && s.remote.port() == server_addr.port()
+            });
+            if let Some(s) = &found {
+                if s.info.as_ref().and_then(|i| i.bytes_acked).unwrap_or(0) > 0 {
+                    break found;
+                }
+            }
+            if Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let sock = sock.ok_or("client socket not in dump")?;
+        eprintln!("client socket: {sock:#?}");
+        assert_eq!(sock.local.ip(), &Ipv4Addr::LOCALHOST);
+        assert_eq!(sock.state, tcp_state::ESTABLISHED);
+        assert_ne!(sock.cookie, 0);
+        assert!(
+            sock.cc.as_deref().is_some_and(|c| !c.is_empty()),
+            "{:?}",
+            sock.cc
+        );
+        let info = sock.info.ok_or("no tcp_info")?;
+        assert!(info.snd_cwnd > 0);
+        assert!(info.rtt_us > 0);
+        assert!(info.snd_mss > 0);
+        assert!(info.bytes_acked.unwrap_or(0) > 0, "{info:?}");
+        assert!(info.bytes_sent.unwrap_or(0) >= N as u64, "{info:?}");
+
+        // The server side is there too, with the ports swapped.
+        let all = diag.tcp_sockets()?;
+        assert!(
+            all.iter()
+                .any(|s| s.local.port() == server_addr.port()
+                    && s.remote.port() == client_addr.port())
+        );
+        // Listeners are not sender states; they show up only when asked for.
+        assert!(!all.iter().any(|s| s.state == tcp_state::LISTEN));
+        let listening = diag.tcp_sockets_in_states(tcp_state::bit(tcp_state::LISTEN))?;
+        assert!(listening
+            .iter()
+            .any(|s| s.local.port() == server_addr.port() && s.state == tcp_state::LISTEN));
+        Ok(())
+    }
+
+    #[test]
+    fn open_in_netns_errors() {
+        match DiagSocket::open_in_netns(Path::new("/run/netns/diag-does-not-exist")) {
+            Err(DiagError::OpenNetns { source, .. }) => {
+                assert_eq!(source.kind(), io::ErrorKind::NotFound)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // Not a namespace file: setns refuses (EINVAL).
+        match DiagSocket::open_in_netns(Path::new("/proc/self/status")) {
+            Err(DiagError::EnterNetns { source, .. }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::EINVAL))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: no arguments, cannot fail.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    fn have(cmd: &str, arg: &str) -> bool {
+        Command::new(cmd)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    }
+
+    /// Deletes the namespace and kills the processes started in it on drop.
+    struct NetnsGuard {
+        name: String,
+        children: Vec<Child>,
+    }
+
+    impl NetnsGuard {
+        fn path(&self) -> PathBuf {
+            Path::new("/run/netns").join(&self.name)
+        }
+
+        fn spawn(&mut self, args: &[&str]) -> std::io::Result<()> {
+            let child = Command::new("ip")
+                .args(["netns", "exec", &self.name])
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            self.children.push(child);
+            Ok(())
+        }
+    }
+
+    impl Drop for NetnsGuard {
+        fn drop(&mut self) {
+            for c in &mut self.children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.name])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+
+    fn run(args: &[&str]) -> Result<(), String> {
+        let st = Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .map_err(|e| format!("{args:?}: {e}"))?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(format!("{args:?}: {st}"))
+        }
+    }
+
+    fn thread_netns() -> std::io::Result<PathBuf> {
+        std::fs::read_link("/proc/thread-self/ns/net")
+    }
+
+    #[test]
+    fn live_in_network_namespace() -> Result<(), Box<dyn std::error::Error>> {
+        if !is_root() || !have("ip", "-V") || !have("iperf3", "--version") {
+            eprintln!("skipping: needs root, ip and iperf3");
+            return Ok(());
+        }
+        const PORT: u16 = 5999;
+        let name = format!("diagtest-{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        run(&["ip", "netns", "add", &name])?;
+        let mut ns = NetnsGuard {
+            name: name.clone(),
+            children: Vec::new(),
+        };
+        run(&["ip", "-n", &name, "link", "set", "lo", "up"])?;
+
+        let before = thread_netns()?;
+        let diag = DiagSocket::open_in_netns(&ns.path())?;
+        assert_eq!(thread_netns()?, before, "caller's namespace changed");
+        let host = DiagSocket::open()?;
+
+        let port = PORT.to_string();
+        ns.spawn(&["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", &port])?;
+        // Wait for the listener, seen through the namespace's socket.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !diag
+            .tcp_sockets_in_states(tcp_state::bit(tcp_state::LISTEN))?
+            .iter()
+            .any(|s| s.local.port() == PORT)
+        {
+            if Instant::now() > deadline {
+                return Err("iperf3 server did not start listening".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ns.spawn(&["iperf3", "-c", "127.0.0.1", "-p", &port, "-t", "3"])?;
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let sock = loop {
+            let found = diag.tcp_sockets()?.into_iter().find(|s| {
+                s.remote.port() == PORT
+                    && s.info.as_ref().and_then(|i| i.bytes_acked).unwrap_or(0) > 100_000
+            });
+            if let Some(s) = found {
+                break s;
+            }
+            if Instant::now() > deadline {
+                return Err("iperf3 data connection not seen in namespace".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        eprintln!("namespace socket: {sock:#?}");
+        assert_eq!(sock.state, tcp_state::ESTABLISHED);
+        assert!(sock.cc.as_deref().is_some_and(|c| !c.is_empty()));
+        assert!(sock
+            .info
+            .as_ref()
+            .is_some_and(|i| i.snd_cwnd > 0 && i.rtt_us > 0));
+
+        let host_socks = host.tcp_sockets()?;
+        assert!(
+            !host_socks
+                .iter()
+                .any(|s| s.cookie == sock.cookie
+                    || (s.local == sock.local && s.remote == sock.remote)),
+            "namespace socket visible in the host namespace"
+        );
+        // And the namespace socket does not see the host's sockets.
+        let ns_cookies: Vec<u64> = diag.tcp_sockets()?.iter().map(|s| s.cookie).collect();
+        assert!(host_socks.iter().all(|s| !ns_cookies.contains(&s.cookie)));
+        assert_eq!(thread_netns()?, before);
+        Ok(())
+    }
+}

@@ -12,15 +12,36 @@ fn main() -> Result<()> {
 
     for entry in fs::read_dir(&bpf_dir)? {
         let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
         if let Some(stem) = name.strip_suffix(".bpf.c") {
             SkeletonBuilder::new()
                 .source(&path)
-                .clang_args(["-I", bpf_dir.to_str().context("non-UTF-8 path")?, "-Wall", "-Werror", "-O2", "-g"])
+                .clang_args([
+                    "-I",
+                    bpf_dir.to_str().context("non-UTF-8 path")?,
+                    "-Wall",
+                    "-Werror",
+                    "-O2",
+                    "-g",
+                ])
                 .build_and_generate(out_dir.join(format!("{stem}.skel.rs")))
                 .with_context(|| format!("building BPF program {}", path.display()))?;
         }
     }
+
+    // The commit a binary was built from, for the lab's metadata.
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=CCCTL_GIT_COMMIT={commit}");
+    println!("cargo:rerun-if-changed=../.git/HEAD");
+    println!("cargo:rerun-if-changed=../.git/refs/heads");
 
     bindgen::Builder::default()
         .header(bpf_dir.join("ccctl_abi.h").to_string_lossy())

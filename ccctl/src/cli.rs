@@ -1,4 +1,6 @@
 //! The `ccctl` command line.
+mod lab;
+
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
@@ -8,7 +10,11 @@ use crate::{
 };
 
 #[derive(Debug, Parser)]
-#[command(name = "ccctl", version, about = "Load, tune, trace and measure BPF TCP congestion controls")]
+#[command(
+    name = "ccctl",
+    version,
+    about = "Load, tune, trace and measure BPF TCP congestion controls"
+)]
 pub struct Cli {
     /// More logging (-v: debug, -vv: trace, including libbpf's messages).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -28,6 +34,9 @@ pub enum Command {
     List(JsonArg),
     /// What is loaded, since when, the kernel version and the ABI in use.
     Status(JsonArg),
+    /// Experiments on a namespace dumbbell: throughput, delay, retransmissions, fairness, harm.
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
 }
 
 #[derive(Debug, Args)]
@@ -62,6 +71,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Unload(args) => unload(args),
         Command::List(args) => list(args),
         Command::Status(args) => status(args),
+        Command::Lab(cmd) => lab::run(cmd, cli.verbose),
     }
 }
 
@@ -81,7 +91,10 @@ fn load(args: LoadArgs) -> Result<()> {
         fault_inject: fault_inject_from_env()?,
     };
     match loader::load(algo, &opts)? {
-        LoadOutcome::Loaded { abi, previous_default } => {
+        LoadOutcome::Loaded {
+            abi,
+            previous_default,
+        } => {
             println!(
                 "loaded {} as `{}` ({}); pinned in {}",
                 algo.name,
@@ -90,11 +103,17 @@ fn load(args: LoadArgs) -> Result<()> {
                 loader::pin_dir(algo).display()
             );
             if let Some(prev) = previous_default {
-                println!("default congestion control: {prev} -> {} (unload restores {prev})", algo.kernel_name);
+                println!(
+                    "default congestion control: {prev} -> {} (unload restores {prev})",
+                    algo.kernel_name
+                );
             }
         }
         LoadOutcome::AlreadyLoaded { made_default } => {
-            println!("{} is already loaded as `{}`; nothing to do", algo.name, algo.kernel_name);
+            println!(
+                "{} is already loaded as `{}`; nothing to do",
+                algo.name, algo.kernel_name
+            );
             if made_default {
                 println!("made `{}` the default congestion control", algo.kernel_name);
             }
@@ -135,7 +154,10 @@ fn list(args: JsonArg) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&entries)?);
         return Ok(());
     }
-    println!("{:<14} {:<14} {:<8} DESCRIPTION", "NAME", "KERNEL NAME", "LOADED");
+    println!(
+        "{:<14} {:<14} {:<8} DESCRIPTION",
+        "NAME", "KERNEL NAME", "LOADED"
+    );
     for e in entries {
         println!(
             "{:<14} {:<14} {:<8} {}",
@@ -162,7 +184,10 @@ fn status(args: JsonArg) -> Result<()> {
         return Ok(());
     }
     println!();
-    println!("{:<14} {:<14} {:<10} {:<33} {:<8} ABI", "NAME", "KERNEL NAME", "STATE", "LOADED AT (UTC)", "DEFAULT");
+    println!(
+        "{:<14} {:<14} {:<10} {:<33} {:<8} ABI",
+        "NAME", "KERNEL NAME", "STATE", "LOADED AT (UTC)", "DEFAULT"
+    );
     for l in st.loaded {
         println!(
             "{:<14} {:<14} {:<10} {:<33} {:<8} {}",

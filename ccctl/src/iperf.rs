@@ -249,7 +249,12 @@ pub struct FlowResult {
 }
 
 impl FlowResult {
-    fn from_report(spec: FlowSpec, server_port: u16, started_unix: f64, report: Report) -> Self {
+    pub(crate) fn from_report(
+        spec: FlowSpec,
+        server_port: u16,
+        started_unix: f64,
+        report: Report,
+    ) -> Self {
         let e = &report.end;
         let st = e.streams.first();
         FlowResult {
@@ -469,6 +474,21 @@ impl RunningFlows {
     /// Longest expected runtime (offset + omit + duration) of the flows.
     pub fn expected_runtime(&self) -> Duration {
         self.max_runtime
+    }
+
+    /// Whether every client process has exited (without reaping output).
+    pub fn all_exited(&mut self) -> Result<bool> {
+        for (_, _, _, proc) in &mut self.flows {
+            if proc.try_wait()?.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Server port of each flow, in spec order.
+    pub fn ports(&self) -> Vec<u16> {
+        self.flows.iter().map(|f| f.1).collect()
     }
 
     /// Waits for every client (killing any still running 20 s past the

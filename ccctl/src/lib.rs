@@ -2,18 +2,23 @@
 //!
 //! Modules by responsibility: `kernel` (what this kernel offers), `algos`
 //! (what this binary carries), `loader` (registering and pinning), `cli`;
-//! `testbed`, `iperf` and `ss` measure flows on network namespaces.
+//! `testbed`, `iperf`, `diag` and `ss` measure flows on network namespaces;
+//! `lab` runs scenarios on them (in the `vm` when the host lacks netem).
 pub mod abi;
 pub mod algos;
 mod bpf;
 pub mod cli;
+pub mod diag;
 pub mod error;
 pub mod iperf;
 pub mod kernel;
+pub mod lab;
 pub mod loader;
 pub mod logging;
 pub mod metrics;
+pub mod plots;
 pub mod scenario;
 pub mod ss;
 pub mod testbed;
 pub mod units;
+pub mod vm;

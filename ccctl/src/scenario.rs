@@ -18,7 +18,10 @@
 //!
 //! [sweep]                   # every combination becomes a link setting
 //! buffer = ["0.3bdp", "2bdp"]
+//! flows = ["cubic:1, reno:1", "bbr:1, cubic:1"]   # match-ups, each run on every link
 //! ```
+//!
+//! `baselines = false` skips the solo and same-algorithm runs that harm needs.
 use std::{collections::BTreeSet, fmt, time::Duration};
 
 use serde::{de, Deserialize, Deserializer, Serialize};
@@ -57,10 +60,19 @@ pub struct Scenario {
     #[serde(default = "one")]
     pub repetitions: u32,
     pub link: Link,
-    #[serde(deserialize_with = "flows_from_toml")]
+    /// Empty only when `sweep.flows` names the match-ups.
+    #[serde(default, deserialize_with = "flows_from_toml")]
     pub flows: Vec<FlowGroup>,
     #[serde(default)]
     pub sweep: Sweep,
+    /// Run each flow alone and each algorithm against itself on every link,
+    /// so harm (Ware; harm-vs-fairness eq. 2) can be computed.
+    #[serde(default = "yes")]
+    pub baselines: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_warmup() -> Span {
@@ -122,6 +134,17 @@ pub struct Sweep {
     pub rtt: Vec<Span>,
     #[serde(default)]
     pub buffer: Vec<Buffer>,
+    /// Alternative flow sets ("match-ups"), shorthand strings; each replaces
+    /// `flows` in turn.
+    #[serde(default, deserialize_with = "matchups_from_toml")]
+    pub flows: Vec<Vec<FlowGroup>>,
+}
+
+fn matchups_from_toml<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<FlowGroup>>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter()
+        .map(|s| parse_flow_shorthand(s).map_err(de::Error::custom))
+        .collect()
 }
 
 /// `flows` is either the shorthand string `"cubic:1, bbr:2"` or an array of tables.
@@ -155,9 +178,9 @@ pub fn parse_flow_shorthand(s: &str) -> Result<Vec<FlowGroup>, String> {
             let (cc, count) = match part.split_once(':') {
                 Some((cc, n)) => (
                     cc.trim(),
-                    n.trim()
-                        .parse::<u32>()
-                        .map_err(|_| format!("`{part}`: the count after `:` must be a whole number"))?,
+                    n.trim().parse::<u32>().map_err(|_| {
+                        format!("`{part}`: the count after `:` must be a whole number")
+                    })?,
                 ),
                 None => (part, 1),
             };
@@ -197,6 +220,8 @@ pub struct FlowPlan {
 pub struct Run {
     pub link_index: usize,
     pub link: LinkSetting,
+    /// Index into [`Scenario::matchups`].
+    pub matchup: usize,
     pub repetition: u32,
     pub flows: Vec<FlowPlan>,
 }
@@ -205,7 +230,10 @@ impl Scenario {
     /// Parse and validate a scenario file's text.
     pub fn from_toml(text: &str) -> Result<Scenario, ScenarioError> {
         let sc: Scenario = toml::from_str(text).map_err(|e| {
-            let field = e.span().map(|r| describe_span(text, r)).unwrap_or_else(|| "scenario".into());
+            let field = e
+                .span()
+                .map(|r| describe_span(text, r))
+                .unwrap_or_else(|| "scenario".into());
             bad(field, e.message().to_string())
         })?;
         sc.validate()?;
@@ -214,9 +242,21 @@ impl Scenario {
 
     /// Every link setting the sweep expands to, in a stable order.
     pub fn link_settings(&self) -> Vec<LinkSetting> {
-        let rates = if self.sweep.rate.is_empty() { vec![self.link.rate] } else { self.sweep.rate.clone() };
-        let rtts = if self.sweep.rtt.is_empty() { vec![self.link.rtt] } else { self.sweep.rtt.clone() };
-        let buffers = if self.sweep.buffer.is_empty() { vec![self.link.buffer] } else { self.sweep.buffer.clone() };
+        let rates = if self.sweep.rate.is_empty() {
+            vec![self.link.rate]
+        } else {
+            self.sweep.rate.clone()
+        };
+        let rtts = if self.sweep.rtt.is_empty() {
+            vec![self.link.rtt]
+        } else {
+            self.sweep.rtt.clone()
+        };
+        let buffers = if self.sweep.buffer.is_empty() {
+            vec![self.link.buffer]
+        } else {
+            self.sweep.buffer.clone()
+        };
         let mut out = Vec::new();
         for &rate in &rates {
             for &rtt in &rtts {
@@ -235,31 +275,49 @@ impl Scenario {
         out
     }
 
-    /// Every run: link settings x repetitions, flows resolved.
+    /// The flow sets to run on every link: `sweep.flows` if given, else `flows`.
+    pub fn matchups(&self) -> Vec<&[FlowGroup]> {
+        if self.sweep.flows.is_empty() {
+            vec![&self.flows]
+        } else {
+            self.sweep.flows.iter().map(Vec::as_slice).collect()
+        }
+    }
+
+    /// The flows of `groups` on `link`, one entry per flow.
+    pub fn flow_plans(&self, groups: &[FlowGroup], link: &LinkSetting) -> Vec<FlowPlan> {
+        groups
+            .iter()
+            .flat_map(|g| {
+                let duration = g
+                    .duration
+                    .map(|d| d.0)
+                    .unwrap_or(self.duration.0.saturating_sub(g.start.0));
+                let rtt = g.rtt.map(|r| r.0).unwrap_or(link.rtt.0);
+                (0..g.count).map(move |_| FlowPlan {
+                    cc: g.cc.clone(),
+                    start: g.start.0,
+                    duration,
+                    rtt,
+                })
+            })
+            .collect()
+    }
+
+    /// Every run: link settings x match-ups x repetitions, flows resolved.
     pub fn runs(&self) -> Vec<Run> {
         let mut out = Vec::new();
         for (link_index, link) in self.link_settings().into_iter().enumerate() {
-            for repetition in 0..self.repetitions {
-                let flows = self
-                    .flows
-                    .iter()
-                    .flat_map(|g| {
-                        let duration = g.duration.map(|d| d.0).unwrap_or(self.duration.0.saturating_sub(g.start.0));
-                        let rtt = g.rtt.map(|r| r.0).unwrap_or(link.rtt.0);
-                        (0..g.count).map(move |_| FlowPlan {
-                            cc: g.cc.clone(),
-                            start: g.start.0,
-                            duration,
-                            rtt,
-                        })
-                    })
-                    .collect();
-                out.push(Run {
-                    link_index,
-                    link: link.clone(),
-                    repetition,
-                    flows,
-                });
+            for (matchup, groups) in self.matchups().into_iter().enumerate() {
+                for repetition in 0..self.repetitions {
+                    out.push(Run {
+                        link_index,
+                        link: link.clone(),
+                        matchup,
+                        repetition,
+                        flows: self.flow_plans(groups, &link),
+                    });
+                }
             }
         }
         out
@@ -267,18 +325,47 @@ impl Scenario {
 
     /// The distinct congestion controls the scenario names.
     pub fn algorithms(&self) -> BTreeSet<String> {
-        self.flows.iter().map(|g| g.cc.clone()).collect()
+        self.matchups()
+            .into_iter()
+            .flatten()
+            .map(|g| g.cc.clone())
+            .collect()
     }
 
     /// Check that every algorithm is one of `known` (ours plus the target
     /// kernel's); the lab calls this with the kernel it will run on.
     pub fn check_algorithms(&self, known: &[String]) -> Result<(), ScenarioError> {
-        for (i, g) in self.flows.iter().enumerate() {
-            if !known.iter().any(|k| k == &g.cc) {
-                return Err(bad(
-                    format!("flows[{i}].cc"),
-                    format!("unknown congestion control `{}`; known here: {}", g.cc, known.join(", ")),
-                ));
+        self.check_flows(|field, g| {
+            if known.iter().any(|k| k == &g.cc) {
+                Ok(())
+            } else {
+                Err(bad(
+                    format!("{field}.cc"),
+                    format!(
+                        "unknown congestion control `{}`; known here: {}",
+                        g.cc,
+                        known.join(", ")
+                    ),
+                ))
+            }
+        })
+    }
+
+    /// Calls `check` on every flow group with its field path
+    /// (`flows[1]`, or `sweep.flows[2][0]` for match-ups).
+    fn check_flows(
+        &self,
+        mut check: impl FnMut(&str, &FlowGroup) -> Result<(), ScenarioError>,
+    ) -> Result<(), ScenarioError> {
+        if self.sweep.flows.is_empty() {
+            for (i, g) in self.flows.iter().enumerate() {
+                check(&format!("flows[{i}]"), g)?;
+            }
+        } else {
+            for (m, set) in self.sweep.flows.iter().enumerate() {
+                for (i, g) in set.iter().enumerate() {
+                    check(&format!("sweep.flows[{m}][{i}]"), g)?;
+                }
             }
         }
         Ok(())
@@ -286,7 +373,12 @@ impl Scenario {
 
     /// Everything that can be checked without a kernel, with the field named.
     pub fn validate(&self) -> Result<(), ScenarioError> {
-        let valid_name = |s: &str| !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let valid_name = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        };
         if !valid_name(&self.name) {
             return Err(bad("name", "1-64 characters of letters, digits, `-`, `_` or `.` (it names the results directory)"));
         }
@@ -295,16 +387,31 @@ impl Scenario {
             return Err(bad("duration", "must be longer than 0 s"));
         }
         if self.warmup.0 >= run {
-            return Err(bad("warmup", format!("{} leaves nothing of a {} run to measure", self.warmup, self.duration)));
+            return Err(bad(
+                "warmup",
+                format!(
+                    "{} leaves nothing of a {} run to measure",
+                    self.warmup, self.duration
+                ),
+            ));
         }
         if !(1..=100).contains(&self.repetitions) {
             return Err(bad("repetitions", "must be 1 to 100"));
         }
         if !(0.0..1.0).contains(&self.link.loss) {
-            return Err(bad("link.loss", "a loss probability in [0, 1), e.g. 0.01 for 1 %"));
+            return Err(bad(
+                "link.loss",
+                "a loss probability in [0, 1), e.g. 0.01 for 1 %",
+            ));
         }
-        let rates = self.sweep.rate.iter().enumerate().map(|(i, r)| (format!("sweep.rate[{i}]"), *r));
-        for (field, rate) in std::iter::once(("link.rate".to_string(), self.link.rate)).chain(rates) {
+        let rates = self
+            .sweep
+            .rate
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("sweep.rate[{i}]"), *r));
+        for (field, rate) in std::iter::once(("link.rate".to_string(), self.link.rate)).chain(rates)
+        {
             if !(8e3..=1e10).contains(&rate.0) {
                 return Err(bad(field, format!("{rate} is outside 8kbit to 10gbit")));
             }
@@ -325,39 +432,74 @@ impl Scenario {
                 ));
             }
         }
-        if self.flows.is_empty() {
+        if self.flows.is_empty() && self.sweep.flows.is_empty() {
             return Err(bad("flows", "name at least one flow, e.g. \"cubic:1\""));
         }
-        let mut total = 0u32;
-        for (i, g) in self.flows.iter().enumerate() {
-            let valid_cc = !g.cc.is_empty() && g.cc.len() <= 15 && g.cc.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
+        if let Some(m) = self.sweep.flows.iter().position(Vec::is_empty) {
+            return Err(bad(
+                format!("sweep.flows[{m}]"),
+                "name at least one flow, e.g. \"cubic:1\"",
+            ));
+        }
+        let duration = self.duration;
+        self.check_flows(|field, g| {
+            let valid_cc = !g.cc.is_empty()
+                && g.cc.len() <= 15
+                && g.cc
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
             if !valid_cc {
-                return Err(bad(format!("flows[{i}].cc"), format!("`{}` is not a congestion-control name", g.cc)));
+                return Err(bad(
+                    format!("{field}.cc"),
+                    format!("`{}` is not a congestion-control name", g.cc),
+                ));
             }
             if g.count == 0 {
-                return Err(bad(format!("flows[{i}].count"), "must be at least 1"));
+                return Err(bad(format!("{field}.count"), "must be at least 1"));
             }
-            total = total.saturating_add(g.count);
             if g.start.0 >= run {
                 return Err(bad(
-                    format!("flows[{i}].start"),
-                    format!("{} is not before the end of the {} run", g.start, self.duration),
+                    format!("{field}.start"),
+                    format!("{} is not before the end of the {duration} run", g.start),
                 ));
             }
             if let Some(d) = g.duration {
                 if d.0.is_zero() {
-                    return Err(bad(format!("flows[{i}].duration"), "must be longer than 0 s"));
+                    return Err(bad(format!("{field}.duration"), "must be longer than 0 s"));
                 }
                 if g.start.0 + d.0 > run {
                     return Err(bad(
-                        format!("flows[{i}].duration"),
-                        format!("start {} + duration {} ends after the {} run", g.start, d, self.duration),
+                        format!("{field}.duration"),
+                        format!(
+                            "start {} + duration {d} ends after the {duration} run",
+                            g.start
+                        ),
                     ));
                 }
             }
-        }
-        if total > MAX_FLOWS {
-            return Err(bad("flows", format!("{total} flows; the testbed runs at most {MAX_FLOWS}")));
+            if let Some(r) = g.rtt {
+                if r.0 > Duration::from_secs(10) {
+                    return Err(bad(
+                        format!("{field}.rtt"),
+                        format!("{r} is above the 10 s the testbed allows"),
+                    ));
+                }
+            }
+            Ok(())
+        })?;
+        for (m, groups) in self.matchups().into_iter().enumerate() {
+            let total = groups.iter().fold(0u32, |t, g| t.saturating_add(g.count));
+            if total > MAX_FLOWS {
+                let field = if self.sweep.flows.is_empty() {
+                    "flows".to_string()
+                } else {
+                    format!("sweep.flows[{m}]")
+                };
+                return Err(bad(
+                    field,
+                    format!("{total} flows; the testbed runs at most {MAX_FLOWS}"),
+                ));
+            }
         }
         Ok(())
     }
@@ -429,9 +571,16 @@ rtt = ["10ms", "50ms"]"#,
         assert_eq!(r.flows.len(), 3);
         assert_eq!(r.flows[2].start, Duration::from_secs(5));
         assert_eq!(r.flows[2].duration, Duration::from_secs(25));
-        assert_eq!(r.flows[2].rtt, Duration::from_millis(80), "own RTT wins over the sweep");
+        assert_eq!(
+            r.flows[2].rtt,
+            Duration::from_millis(80),
+            "own RTT wins over the sweep"
+        );
         assert_eq!(r.flows[0].rtt, Duration::from_millis(10), "swept RTT");
-        assert_eq!(sc.algorithms().into_iter().collect::<Vec<_>>(), vec!["bbr", "cubic"]);
+        assert_eq!(
+            sc.algorithms().into_iter().collect::<Vec<_>>(),
+            vec!["bbr", "cubic"]
+        );
     }
 
     #[test]
@@ -440,15 +589,27 @@ rtt = ["10ms", "50ms"]"#,
             (r#"flows = "cubic:0""#, "flows[0].count"),
             (r#"flows = "cubic:x""#, "count after `:`"),
             (r#"flows = """#, "flows"),
-            ("[[flows]]\ncc = \"cubic\"\nstart = \"30s\"", "flows[0].start"),
-            ("[[flows]]\ncc = \"cubic\"\nstart = \"20s\"\nduration = \"20s\"", "flows[0].duration"),
-            ("[[flows]]\ncc = \"cubic\"\ncolour = \"red\"", "unknown field `colour`"),
+            (
+                "[[flows]]\ncc = \"cubic\"\nstart = \"30s\"",
+                "flows[0].start",
+            ),
+            (
+                "[[flows]]\ncc = \"cubic\"\nstart = \"20s\"\nduration = \"20s\"",
+                "flows[0].duration",
+            ),
+            (
+                "[[flows]]\ncc = \"cubic\"\ncolour = \"red\"",
+                "unknown field `colour`",
+            ),
             ("flows = \"cubic\"\nwarmup = \"30s\"", "warmup"),
             ("flows = \"cubic\"\nrepetitions = 0", "repetitions"),
             ("flows = \"cubic\"\nbogus = 1", "unknown field `bogus`"),
             ("flows = \"cubic:300\"", "at most 250"),
             ("flows = \"bad name\"", "flows[0].cc"),
-            ("flows = \"cubic\"\n[sweep]\nbuffer = [\"1pkt\", \"0.01bdp\"]", "sweep.buffer[1]"),
+            (
+                "flows = \"cubic\"\n[sweep]\nbuffer = [\"1pkt\", \"0.01bdp\"]",
+                "sweep.buffer[1]",
+            ),
         ];
         for (extra, needle) in cases {
             let e = with(extra).expect_err(extra);
@@ -463,8 +624,16 @@ rtt = ["10ms", "50ms"]"#,
             ("rate = \"30mbit\"", "rate = \"0mbit\"", "rate"),
             ("rtt = \"30ms\"", "rtt = \"-5ms\"", "rtt"),
             ("buffer = \"0.3bdp\"", "buffer = \"0.5pkt\"", "link.buffer"),
-            ("buffer = \"0.3bdp\"", "buffer = \"0.3bdp\"\nloss = 1.5", "link.loss"),
-            ("buffer = \"0.3bdp\"", "buffer = \"0.3bdp\"\naqm = \"red\"", "aqm"),
+            (
+                "buffer = \"0.3bdp\"",
+                "buffer = \"0.3bdp\"\nloss = 1.5",
+                "link.loss",
+            ),
+            (
+                "buffer = \"0.3bdp\"",
+                "buffer = \"0.3bdp\"\naqm = \"red\"",
+                "aqm",
+            ),
         ];
         for (from, to, needle) in cases {
             let text = format!("{flows}{}", BASE.replace(from, to));
@@ -475,10 +644,44 @@ rtt = ["10ms", "50ms"]"#,
     }
 
     #[test]
+    fn matchups_expand_and_are_validated() {
+        let sc = with("repetitions = 2\n[sweep]\nflows = [\"cubic:1, reno:1\", \"bbr:2\"]\nbuffer = [\"1bdp\", \"2bdp\"]").expect("valid");
+        let runs = sc.runs();
+        assert_eq!(
+            runs.len(),
+            2 * 2 * 2,
+            "2 buffers x 2 match-ups x 2 repetitions"
+        );
+        assert_eq!(runs[0].matchup, 0);
+        assert_eq!(runs[2].matchup, 1);
+        assert_eq!(
+            runs[2]
+                .flows
+                .iter()
+                .map(|f| f.cc.as_str())
+                .collect::<Vec<_>>(),
+            ["bbr", "bbr"]
+        );
+        assert_eq!(
+            sc.algorithms().into_iter().collect::<Vec<_>>(),
+            ["bbr", "cubic", "reno"]
+        );
+        let e = with("[sweep]\nflows = [\"cubic:1\", \"reno:0\"]").expect_err("count 0");
+        assert_eq!(e.field, "sweep.flows[1][0].count");
+        let known: Vec<String> = ["reno", "cubic"].map(String::from).to_vec();
+        let e = sc.check_algorithms(&known).expect_err("bbr unknown");
+        assert_eq!(e.field, "sweep.flows[1][0].cc");
+        let e = with("").expect_err("no flows at all");
+        assert_eq!(e.field, "flows");
+    }
+
+    #[test]
     fn algorithms_are_checked_against_the_target() {
         let sc = with(r#"flows = "cubic:1, modest-bbr:1""#).expect("valid");
         let known: Vec<String> = ["reno", "cubic", "bbr"].map(String::from).to_vec();
-        let e = sc.check_algorithms(&known).expect_err("modest-bbr is not known");
+        let e = sc
+            .check_algorithms(&known)
+            .expect_err("modest-bbr is not known");
         assert_eq!(e.field, "flows[1].cc");
         assert!(e.message.contains("reno, cubic, bbr"));
     }

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use crate::proc;
 
 /// Where the virtme-ng virtualenv lives (fixed, documented location).
-pub const VENV: &str = "/opt/ccctl/venv";
+pub use crate::vm::VENV;
 /// Pinned virtme-ng version (its wheel ships the prebuilt virtme-ng-init).
 pub const VIRTME_NG_VERSION: &str = "1.42";
 
@@ -30,6 +30,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("linux-image-amd64", "Debian's 6.1 kernel booted in the VM"),
     ("busybox-static", "virtme-ng builds its initramfs from it"),
     ("python3-venv", "virtualenv for virtme-ng"),
+    ("fonts-dejavu-core", "text in the lab's PNG plots"),
 ];
 
 pub struct Missing {
@@ -57,10 +58,7 @@ impl Missing {
     }
 }
 
-/// The `vng` executable from our venv.
-pub fn vng() -> PathBuf {
-    Path::new(VENV).join("bin/vng")
-}
+pub use crate::vm::vng;
 
 fn installed_packages(names: &[&str]) -> Result<Vec<String>> {
     // dpkg-query exits 1 when some package is unknown but still lists the rest.

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod flows;
+pub mod lab;
 pub mod lifecycle;
 
 use std::{

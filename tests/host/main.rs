@@ -67,3 +67,101 @@ mod flows {
         unload_mid_flow(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)), Some(0.85));
     }
 }
+
+/// `ccctl lab` on the host. Its kernel has no netem, so these use a zero
+/// base RTT (or check that a non-zero one is refused with `--where host`);
+/// the delay experiments run in the VM tests.
+mod lab {
+    use std::fs;
+
+    use super::common::{ccctl, lab::*, registered, snapshot, tempdir, Clean};
+
+    /// The whole pipeline: calibration, main run, solo and same-cc
+    /// baselines, metrics, Parquet, plots; ours loaded for the run only.
+    #[test]
+    fn lab_runs_a_scenario_and_writes_every_output() {
+        let _clean = Clean::new();
+        assert!(!registered("bpf_bbr"));
+        let (run, _out, dir) = lab_run(
+            "host-pipeline",
+            &[
+                "--where", "host", "--rate", "50mbit", "--rtt", "0ms", "--buffer", "100pkt", "--flows", "cubic:1, bpf_bbr:1",
+                "--duration", "6s", "--warmup", "2s",
+            ],
+        );
+        let run = run.ok();
+        let dir = dir.expect("a run directory");
+        assert_run_files(&dir);
+        assert!(run.stdout.contains("bpf_bbr") && run.stdout.contains("JFI"), "summary table printed:\n{}", run.stdout);
+        assert!(!registered("bpf_bbr"), "the lab unloads what it loaded");
+        let meta = metadata(&dir);
+        assert_eq!(meta["status"], "complete");
+        assert_eq!(meta["ran_on"], "host");
+        assert_eq!(meta["planned_runs"], 6, "calibration, main, 2 solo, 2 same-cc");
+        assert_eq!(meta["loaded_for_run"][0], "bbr");
+
+        let summary = read_parquet(&dir.join("summary.parquet"));
+        let main = rows(&summary, "flow", "main");
+        assert_eq!(main.len(), 2);
+        let goodput = f64s(&summary, "goodput_bps");
+        let harm = f64s(&summary, "harm_tput");
+        let m_f = f64s(&summary, "m_f_tput");
+        let m_h = f64s(&summary, "m_h_tput");
+        for &i in &main {
+            let g = goodput[i].expect("goodput");
+            assert!(g > 1e6 && g < 50e6, "goodput {g}");
+            assert!(harm[i].is_some() && m_f[i].is_some() && m_h[i].is_some(), "harm metrics for row {i}");
+        }
+        // m_f of the two flows mirror each other (eq. 2 is antisymmetric).
+        let (a, b) = (m_f[main[0]].unwrap_or(0.0), m_f[main[1]].unwrap_or(0.0));
+        assert!((a + b).abs() < 1e-9, "m_f {a} vs {b}");
+        let run_rows = rows(&summary, "run", "main");
+        let jfi = f64s(&summary, "jain_index")[run_rows[0]].expect("JFI");
+        assert!((0.5..=1.0).contains(&jfi));
+
+        let samples = read_parquet(&dir.join("samples.parquet"));
+        assert!(samples.height() > 100, "{} samples", samples.height());
+        let cwnd = f64s(&samples, "cwnd_pkts");
+        assert!(cwnd.iter().all(|c| c.is_some_and(|c| c >= 1.0)));
+    }
+
+    /// Bad input: a clear error naming the field, and nothing created.
+    #[test]
+    fn lab_refuses_bad_input_before_creating_anything() {
+        let _clean = Clean::new();
+        let dir = tempdir("lab-bad-scenarios");
+        let unknown_key = dir.join("unknown-key.toml");
+        fs::write(&unknown_key, "name = \"x\"\nduration = \"10s\"\nflows = \"cubic\"\ncolour = \"red\"\n[link]\nrate = \"10mbit\"\nrtt = \"0ms\"\nbuffer = \"10pkt\"\n").expect("write");
+        let late = dir.join("late-flow.toml");
+        fs::write(&late, "name = \"x\"\nduration = \"10s\"\n[[flows]]\ncc = \"cubic\"\nstart = \"12s\"\n[link]\nrate = \"10mbit\"\nrtt = \"0ms\"\nbuffer = \"10pkt\"\n").expect("write");
+        let (uk, lt) = (unknown_key.to_string_lossy().into_owned(), late.to_string_lossy().into_owned());
+        let one_off = ["--where", "host", "--duration", "5s"];
+        let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+            (vec!["--rate", "0mbit", "--rtt", "0ms", "--flows", "cubic"], vec!["--rate", "0mbit"]),
+            (vec!["--rate", "10mbit", "--rtt", "-5ms", "--flows", "cubic"], vec!["--rtt"]),
+            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "0.5pkt", "--flows", "cubic"], vec!["link.buffer", "less than one packet"]),
+            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic:1, nosuch:1"], vec!["flows[1].cc", "unknown congestion control `nosuch`"]),
+            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic", "--loss", "NaN"], vec!["link.loss"]),
+            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic", "--aqm", "red"], vec!["aqm"]),
+            (vec!["--rtt", "0ms", "--flows", "cubic"], vec!["--rate, --rtt and --flows are required"]),
+            (vec![uk.as_str()], vec!["unknown field `colour`"]),
+            (vec![lt.as_str()], vec!["flows[0].start"]),
+            // A base RTT needs netem, which this kernel lacks.
+            (vec!["--rate", "10mbit", "--rtt", "40ms", "--flows", "cubic"], vec!["netem", "--where vm"]),
+        ];
+        let before = snapshot();
+        let netns_before = fs::read_dir("/run/netns").map(|d| d.count()).unwrap_or(0);
+        for (args, needles) in cases {
+            let out = dir.join("results");
+            let out_s = out.to_string_lossy().into_owned();
+            let mut full = vec!["lab", "run"];
+            full.extend(one_off);
+            full.extend(args.iter().copied());
+            full.extend(["--out", out_s.as_str()]);
+            ccctl(&full).failed_with(&needles);
+            assert!(!out.exists(), "{args:?} created {}", out.display());
+            assert_eq!(snapshot(), before, "{args:?} changed kernel state");
+            assert_eq!(fs::read_dir("/run/netns").map(|d| d.count()).unwrap_or(0), netns_before, "{args:?} left a namespace");
+        }
+    }
+}

@@ -192,3 +192,103 @@ fn bpf_bbr_and_native_bbr_share_a_link() {
         assert!((0.35..=0.65).contains(&s), "{cc} got {:.1} % of the link:\n{text}", 100.0 * s);
     }
 }
+
+/// `ccctl lab` where netem exists.
+mod lab {
+    use std::time::Duration;
+
+    use super::common::{ccctl, lab::*, registered, Clean};
+    use super::require_vm;
+
+    /// One Cubic flow gets the link (goodput within 10 % of the rate, min RTT
+    /// within 10 % of the base RTT); two Cubic flows share it fairly.
+    #[test]
+    fn lab_single_flow_fills_the_link_and_two_cubic_flows_are_fair() {
+        require_vm();
+        let _clean = Clean::new();
+        let scenario = super::common::tempdir("lab-vm-basic").join("basic.toml");
+        std::fs::write(
+            &scenario,
+            "name = \"vm-basic\"\nduration = \"20s\"\nbaselines = false\n\
+             [link]\nrate = \"10mbit\"\nrtt = \"40ms\"\nbuffer = \"2bdp\"\n\
+             [sweep]\nflows = [\"cubic:1\", \"cubic:2\"]\n",
+        )
+        .expect("write scenario");
+        let (run, _out, dir) = lab_run("vm-basic", &[scenario.to_str().expect("utf-8")]);
+        run.ok();
+        let dir = dir.expect("a run directory");
+        assert_run_files(&dir);
+        let meta = metadata(&dir);
+        assert_eq!(meta["ran_on"], "vm");
+        assert_eq!(meta["status"], "complete");
+        let summary = read_parquet(&dir.join("summary.parquet"));
+        let limited_col = summary.column("testbed_limited").expect("column").bool().expect("bool").clone();
+        let limited: Vec<bool> = (0..limited_col.len()).map(|i| limited_col.get(i).unwrap_or(true)).collect();
+        assert!(!limited.iter().any(|&l| l), "calibration marked the VM testbed-limited: {meta}");
+
+        let matchup = f64s(&summary, "matchup");
+        let goodput = f64s(&summary, "goodput_bps");
+        let min_rtt = f64s(&summary, "min_rtt_ms");
+        let flows = rows(&summary, "flow", "main");
+        let single: Vec<usize> = flows.iter().copied().filter(|&i| matchup[i] == Some(0.0)).collect();
+        assert_eq!(single.len(), 1);
+        let g = goodput[single[0]].expect("goodput");
+        assert!((g - 10e6).abs() <= 1e6, "single flow goodput {:.2} Mbit/s, not within 10 % of 10", g / 1e6);
+        let r = min_rtt[single[0]].expect("min RTT");
+        assert!((r - 40.0).abs() <= 4.0, "single flow min RTT {r:.2} ms, not within 10 % of 40");
+
+        let runs = rows(&summary, "run", "main");
+        let pair = runs.iter().copied().find(|&i| matchup[i] == Some(1.0)).expect("two-flow run");
+        let jfi = f64s(&summary, "jain_index")[pair].expect("JFI");
+        assert!(jfi > 0.9, "two Cubic flows: JFI {jfi:.3}");
+    }
+
+    const INTERRUPTIBLE: &[&str] = &[
+        "--rate", "10mbit", "--rtt", "20ms", "--buffer", "1bdp", "--flows", "cubic:1, bpf_bbr:1", "--duration", "60s",
+        "--no-baselines",
+    ];
+
+    /// Ctrl-C in the middle of a run: flows stopped, testbed gone, our
+    /// algorithm unloaded, exit 130, the run directory says `interrupted`.
+    #[test]
+    fn lab_interrupted_leaves_nothing_behind() {
+        require_vm();
+        let _clean = Clean::new();
+        let out = super::common::tempdir("lab-vm-interrupt");
+        let mut child = lab_spawn(&out, INTERRUPTIBLE);
+        wait_until_flows_run(&child, Some("bpf_bbr"));
+        let pid = child.id();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(130), "exit status {status}");
+        assert_nothing_left(pid, "bpf_bbr", "bbr");
+        let dir = run_dir_in(&out).expect("run directory");
+        let status = metadata(&dir)["status"].as_str().unwrap_or("").to_string();
+        assert!(status.starts_with("interrupted"), "status {status}");
+    }
+
+    /// A lab killed outright (SIGKILL: no cleanup at all) leaves its testbed
+    /// and its algorithm; the next `ccctl lab run` removes both first.
+    #[test]
+    fn lab_crash_is_cleaned_up_by_the_next_start() {
+        require_vm();
+        let _clean = Clean::new();
+        let out = super::common::tempdir("lab-vm-crash");
+        let mut child = lab_spawn(&out, INTERRUPTIBLE);
+        wait_until_flows_run(&child, Some("bpf_bbr"));
+        let pid = child.id();
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        assert!(!namespaces_of(pid).is_empty(), "SIGKILL should leave the namespaces (else this test proves nothing)");
+        assert!(registered("bpf_bbr"));
+        let (run, _out, _dir) = lab_run(
+            "vm-after-crash",
+            &["--rate", "10mbit", "--rtt", "10ms", "--buffer", "1bdp", "--flows", "cubic", "--duration", "4s", "--warmup", "1s", "--no-baselines"],
+        );
+        run.ok();
+        wait_for("stale iperf3 to exit", Duration::from_secs(10), || iperf3_pids().is_empty());
+        assert_nothing_left(pid, "bpf_bbr", "bbr");
+        let _ = ccctl(&["status"]);
+    }
+}

@@ -206,7 +206,7 @@ mod lab {
     fn lab_single_flow_fills_the_link_and_two_cubic_flows_are_fair() {
         require_vm();
         let _clean = Clean::new();
-        let scenario = super::common::tempdir("lab-vm-basic").join("basic.toml");
+        let scenario = super::common::tempdir("lab-vm-basic-scenario").join("basic.toml");
         std::fs::write(
             &scenario,
             "name = \"vm-basic\"\nduration = \"20s\"\nbaselines = false\n\

@@ -1,7 +1,8 @@
-//! `cargo xtask demo`: load bpf_bbr with ccctl, push one iperf3 flow through
-//! a sender -> router -> receiver namespace testbed with a 50 Mbit/s tbf
-//! bottleneck on the router (ccctl's `flow` example, built on
-//! `ccctl::testbed`), show `ccctl status`, unload.
+//! `cargo xtask demo`: the main job on the built-in namespace testbed:
+//! `ccctl lab run scenarios/bbr-vs-cubic.toml`, Cubic against BBR on a
+//! shallow and a deep bottleneck buffer. On a kernel without netem (like
+//! the 6.18 development host) ccctl runs it inside the virtme-ng VM by
+//! itself. Results land in `results/bbr-vs-cubic-<UTC time>/`.
 
 use std::path::Path;
 use std::process::Command;
@@ -10,46 +11,28 @@ use anyhow::{bail, Context, Result};
 
 use crate::{proc, setup};
 
-const CC: &str = "bpf_bbr";
-const BOTTLENECK_MBIT: &str = "50";
-const SECONDS: &str = "10";
+const SCENARIO: &str = "scenarios/bbr-vs-cubic.toml";
 
 pub fn main() -> Result<i32> {
     if !setup::check()? {
         bail!("some tools are missing: run `cargo xtask setup` first");
     }
-    eprintln!("demo: building ccctl (release; about 2 minutes the first time)");
-    let ccctl = proc::cargo_build_json(&["build", "--release", "-p", "ccctl", "--bins"], |name, kinds, _| {
+    eprintln!("demo: building ccctl (debug, as the tests; a few minutes the first time)");
+    let ccctl = proc::cargo_build_json(&["build", "-p", "ccctl", "--bins"], |name, kinds, _| {
         name == "ccctl" && kinds.iter().any(|k| k == "bin")
     })?;
-    let flow = proc::cargo_build_json(&["build", "--release", "-p", "ccctl", "--example", "flow"], |name, kinds, _| {
-        name == "flow" && kinds.iter().any(|k| k == "example")
-    })?;
     ensure_bpffs()?;
-
-    run(&ccctl, &["list"])?;
-    run(&ccctl, &["load", "bbr"])?;
-    // Whatever happens next, unload again.
-    let res = (|| -> Result<()> {
-        let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-            .context("cannot read tcp_available_congestion_control")?;
-        if !available.split_whitespace().any(|c| c == CC) {
-            bail!("`ccctl load bbr` succeeded but {CC} is not registered (available: {})", available.trim());
-        }
-        println!("demo: $ flow {CC} {BOTTLENECK_MBIT} {SECONDS}   # iperf3 -C {CC} through the testbed");
-        proc::run(Command::new(&flow).args([CC, BOTTLENECK_MBIT, SECONDS]))?;
-        run(&ccctl, &["status"])
-    })();
-    let unload = run(&ccctl, &["unload", "bbr"]);
-    res?;
-    unload?;
-    println!("demo: done");
+    let root = proc::workspace_root();
+    run(&ccctl, &["list"], &root)?;
+    run(&ccctl, &["lab", "check", SCENARIO], &root)?;
+    run(&ccctl, &["lab", "run", SCENARIO, "--out", "results"], &root)?;
+    println!("demo: done; results (Parquet, summary.txt, plots/) are in {}", root.join("results").display());
     Ok(0)
 }
 
-fn run(ccctl: &Path, args: &[&str]) -> Result<()> {
+fn run(ccctl: &Path, args: &[&str], dir: &Path) -> Result<()> {
     println!("demo: $ ccctl {}", args.join(" "));
-    proc::run(Command::new(ccctl).args(args))
+    proc::run(Command::new(ccctl).args(args).current_dir(dir))
 }
 
 fn ensure_bpffs() -> Result<()> {

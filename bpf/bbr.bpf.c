@@ -5,6 +5,7 @@
  * Every hook is the identity, so this object is the shared core and nothing
  * else; a difference between bpf_bbr and a variant is the variant's doing.
  */
+#define CCCTL_ALGO_ID CCCTL_ALGO_BBR
 #include "bbr_core.h"
 
 static void bbr_hook_init(struct sock *sk) {}
@@ -13,7 +14,6 @@ static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain) { return gain; }
 static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd) { return cwnd; }
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to) {}
 static void bbr_hook_release(struct sock *sk) {}
-static u32 bbr_param_cwnd_gain(struct sock *sk) { return BBR_CWND_GAIN; }
-static u32 bbr_param_probe_up_gain(struct sock *sk) { return BBR_PROBE_UP_GAIN; }
+static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e) {}
 
 BBR_STRUCT_OPS("bpf_bbr");

@@ -53,6 +53,12 @@
 #define __CCCTL_BBR_CORE_H
 
 #include "ccctl_common.h"
+#include "ccctl_trace.h"
+
+/* Each BBR-based object names itself for traces before including this file. */
+#ifndef CCCTL_ALGO_ID
+#error "define CCCTL_ALGO_ID (a CCCTL_ALGO_* from ccctl_abi.h) before including bbr_core.h"
+#endif
 
 /* ---- scales ---------------------------------------------------------- */
 
@@ -84,6 +90,13 @@
 /* PROBE_BW up-probe and drain phases. */
 #define BBR_PROBE_UP_GAIN (BBR_UNIT * 5 / 4)
 #define BBR_PROBE_DOWN_GAIN (BBR_UNIT * 3 / 4)
+/* Bounds of the tunable gains.  Below 1.0 BBR cannot keep the pipe full and
+ * its delivery-rate samples (hence btl_bw) shrink every round; a cwnd gain
+ * above 4 BDP or an up-probe above 2.0 only fills queues. */
+#define BBR_CWND_GAIN_MIN BBR_UNIT
+#define BBR_CWND_GAIN_MAX (BBR_UNIT * 4)
+#define BBR_PROBE_UP_GAIN_MIN BBR_UNIT
+#define BBR_PROBE_UP_GAIN_MAX (BBR_UNIT * 2)
 /* Smallest window, packets: keeps delayed ACKs flowing. */
 #define BBR_CWND_MIN_TARGET 4
 /* Full bandwidth: growth below 25 % ... */
@@ -176,7 +189,11 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  *                         (not called in loss recovery's packet conservation)
  *   bbr_hook_mode_change  BBR moves from one mode to another
  *   bbr_hook_release      the socket leaves this congestion control
- *   bbr_param_cwnd_gain / bbr_param_probe_up_gain  PROBE_BW gains in force
+ *   bbr_hook_trace        add the variant's own state to this ACK's trace event
+ *
+ * The PROBE_BW cwnd gain and up-probe pacing gain come from the params map
+ * (bbr_param_cwnd_gain, bbr_param_probe_up_gain), clamped to bounds that keep
+ * a flow alive and the bottleneck sane whoever wrote the map.
  */
 static void bbr_reset_probe_bw(struct sock *sk);
 
@@ -186,8 +203,27 @@ static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain);
 static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd);
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to);
 static void bbr_hook_release(struct sock *sk);
-static u32 bbr_param_cwnd_gain(struct sock *sk);
-static u32 bbr_param_probe_up_gain(struct sock *sk);
+static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e);
+
+/* PROBE_BW cwnd gain in force: the params map's, clamped; 2.0 by default. */
+static __always_inline u32 bbr_param_cwnd_gain(struct sock *sk)
+{
+	const struct ccctl_params *p = ccctl_params_get();
+
+	if (!p || !p->version)
+		return BBR_CWND_GAIN;
+	return clamp_u32(p->cwnd_gain, BBR_CWND_GAIN_MIN, BBR_CWND_GAIN_MAX);
+}
+
+/* PROBE_BW up-probe pacing gain in force: the params map's, clamped; 1.25 by default. */
+static __always_inline u32 bbr_param_probe_up_gain(struct sock *sk)
+{
+	const struct ccctl_params *p = ccctl_params_get();
+
+	if (!p || !p->version)
+		return BBR_PROBE_UP_GAIN;
+	return clamp_u32(p->probe_up_gain, BBR_PROBE_UP_GAIN_MIN, BBR_PROBE_UP_GAIN_MAX);
+}
 
 static __always_inline void bbr_set_mode(struct sock *sk, u8 mode)
 {
@@ -822,6 +858,30 @@ done:
 	tcp_snd_cwnd_set(tp, cwnd);
 }
 
+/* ---- per-ACK trace ------------------------------------------------------ */
+
+/* One event per ACK when tracing is on (see ccctl_trace.h): the common TCP
+ * state, BBR's model and gains, then whatever the variant adds. */
+static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs)
+{
+	const struct ccctl_params *p;
+	struct bbr *bbr = bbr_of(sk);
+	struct ccctl_event *e;
+
+	e = ccctl_trace_begin(sk, rs, CCCTL_ALGO_ID, 0);
+	if (!e)
+		return;
+	p = ccctl_params_get();
+	e->param_version = p ? p->version : 0;
+	e->bbr_mode = bbr->mode;
+	e->pacing_gain = bbr->pacing_gain;
+	e->cwnd_gain = bbr->cwnd_gain;
+	/* packets/us << BW_SCALE -> bytes/s, without the pacing margin */
+	e->btl_bw = ((u64)bbr_bw(bbr) * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
+	bbr_hook_trace(sk, e);
+	ccctl_trace_commit(e);
+}
+
 /* ---- the congestion-control callbacks ---------------------------------- */
 
 static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *rs)
@@ -835,6 +895,7 @@ static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *
 	bw = bbr_bw(bbr);
 	bbr_set_pacing_rate(sk, bw, bbr_hook_pacing_gain(sk, bbr->pacing_gain));
 	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, bbr->cwnd_gain);
+	bbr_trace(sk, rs);
 }
 
 SEC("struct_ops")

@@ -65,4 +65,111 @@ struct ccctl_meta {
 #define CCCTL_BBR_PROBE_BW 2
 #define CCCTL_BBR_PROBE_RTT 3
 
+/* Which algorithm emitted an event (ccctl_event.algo, trace filters). */
+#define CCCTL_ALGO_BBR 1         /* bpf_bbr */
+#define CCCTL_ALGO_MODEST_BBR 2  /* modest_bbr */
+#define CCCTL_ALGO_PATCHED_BBR 3 /* patched_bbr */
+#define CCCTL_ALGO_DSTAR 4       /* dstar */
+
+/* Fixed-point units of the BBR family: gains x 256 (BBR_UNIT). */
+#define CCCTL_GAIN_UNIT 256
+
+/*
+ * Tunable parameters of one algorithm: its pinned "params" map (one entry).
+ * ccctl writes a whole entry at once with `version` bumped, so a flow sees
+ * either the old or the new set; the BPF side clamps every value to safe
+ * bounds on read, so a map written by anyone else cannot stall or explode
+ * a flow.  Fields an algorithm does not use are ignored by it.
+ */
+struct ccctl_params {
+	__u32 version;       /* bumped on every write; 0 = defaults never written */
+	__u32 cwnd_gain;     /* x CCCTL_GAIN_UNIT; BBR default 2.0 */
+	__u32 probe_up_gain; /* ProbeBW up-probe pacing gain x CCCTL_GAIN_UNIT; default 1.25 */
+	__u32 w_min;         /* Modest BBR W_min x 1024 */
+	__u32 w_max;         /* Modest BBR W_max x 1024 */
+	__u32 s_min;         /* Modest BBR S_min, packets */
+};
+
+/*
+ * Per-ACK tracing.  Every algorithm emits one struct ccctl_event per call of
+ * its main per-ACK hook into the shared ring buffer "trace_events", when the
+ * shared "trace_cfg" entry says so.  Off (enabled = 0) costs one load of
+ * that entry per ACK (array lookups are inlined by the verifier).
+ * Reservations that fail are counted per CPU in "trace_drops".
+ * The shared maps are pinned under <bpffs>/ccctl/shared/ and reused by
+ * every algorithm object.
+ */
+struct ccctl_trace_cfg {
+	__u32 enabled;      /* 0: tracing off */
+	__u32 algo_mask;    /* 1 << CCCTL_ALGO_*; 0 = every algorithm */
+	__u32 port;         /* host order; local or remote port must match; 0 = any */
+	__u32 saddr;        /* IPv4 local address, network order; 0 = any */
+	__u32 daddr;        /* IPv4 remote address, network order; 0 = any */
+	__u16 sport;        /* local port, host order; 0 = any */
+	__u16 dport;        /* remote port, host order; 0 = any */
+	__u32 sample_every; /* emit every Nth ACK of a flow; 0 or 1 = every ACK */
+	__u32 once_per_rtt; /* 1: at most one event per flow per round trip */
+	__u64 session;      /* who enabled tracing (pid); informational */
+};
+
+/* Shared counters beside the ring buffer (one entry). */
+struct ccctl_trace_state {
+	__u64 next_flow_id; /* flow ids are unique across algorithms until reboot */
+};
+
+/* Per-socket tracing state (bpf_sk_storage "trace_sk"). */
+struct ccctl_trace_sk {
+	__u64 flow_id;
+	__u32 acks;                /* ACKs seen while tracing, for sample_every */
+	__u32 next_round_delivered;/* once_per_rtt: emit again when tp->delivered reaches it */
+};
+
+/* Modest BBR phase (ccctl_event.modest_phase). */
+#define CCCTL_MODEST_INACTIVE 0 /* not in ProbeBW, or no retransmission yet */
+#define CCCTL_MODEST_BINARY 1   /* binary search between min_win and max_win */
+#define CCCTL_MODEST_LINEAR 2   /* linear increase by S_min per ACK */
+
+struct ccctl_event {
+	__u64 ts_ns;          /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 flow_id;        /* stable per socket, see ccctl_trace_state */
+	__u32 saddr;          /* IPv4 local address, network order (0: IPv6) */
+	__u32 daddr;          /* IPv4 remote address, network order */
+	__u16 sport;          /* local port, host order */
+	__u16 dport;          /* remote port, host order */
+	__u16 family;         /* AF_INET or AF_INET6 */
+	__u8 algo;            /* CCCTL_ALGO_* */
+	__u8 ca_state;        /* TCP_CA_Open .. TCP_CA_Loss */
+	__u32 cwnd;           /* packets */
+	__u32 ssthresh;       /* packets */
+	__u64 pacing_rate;    /* bytes/s (sk_pacing_rate) */
+	__u64 delivery_rate;  /* bytes/s of this ACK's rate sample; 0 if none */
+	__u32 mss;            /* bytes */
+	__u32 srtt_us;
+	__u32 min_rtt_us;
+	__u32 in_flight;      /* packets */
+	__u32 delivered;      /* tp->delivered, packets */
+	__u32 lost;           /* tp->lost, packets */
+	__u32 total_retrans;  /* tp->total_retrans, segments */
+	__u32 param_version;  /* ccctl_params.version in force */
+	/* BBR family */
+	__u8 bbr_mode;        /* CCCTL_BBR_* */
+	__u8 modest_phase;    /* CCCTL_MODEST_* (Modest BBR) */
+	__u16 pad0;
+	__u32 pacing_gain;    /* x CCCTL_GAIN_UNIT */
+	__u32 cwnd_gain;      /* x CCCTL_GAIN_UNIT */
+	__u32 pad1;
+	__u64 btl_bw;         /* bottleneck bandwidth estimate, bytes/s */
+	/* Modest BBR (0 where it does not apply) */
+	__u32 min_win;        /* packets */
+	__u32 max_win;        /* packets */
+	__u32 last_cwnd;      /* packets */
+	__u32 pad2;
+	/* Reserved for patched BBR and TCP D*: filled when they land. */
+	__s64 theta_fp;       /* patched BBR theta x 65536 */
+	__u32 dstar[4];       /* TCP D* state */
+};
+
+/* The event is 152 bytes with no implicit padding on either side. */
+#define CCCTL_EVENT_SIZE 152
+
 #endif /* __CCCTL_ABI_H */

@@ -39,6 +39,30 @@ struct {
 } meta SEC(".maps");
 
 /*
+ * Tunable parameters (one entry of struct ccctl_params), pinned beside the
+ * registration as "params"; version 0 means never written: defaults.
+ * Readers must clamp every value (see each algorithm's bounds).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ccctl_params);
+} params SEC(".maps");
+
+static __always_inline const struct ccctl_params *ccctl_params_get(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&params, &zero);
+}
+
+static __always_inline u32 clamp_u32(u32 v, u32 lo, u32 hi)
+{
+	return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/*
  * Two registrations of the same algorithm, one per cong_control prototype:
  *   ops         cong_control(sk, ack, flag, rs)   Linux 6.10 and later
  *   ops_pre610  cong_control(sk, rs)              before 6.10

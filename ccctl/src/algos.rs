@@ -25,7 +25,10 @@ macro_rules! skeleton_register {
             builder
                 .obj_builder
                 .btf_custom_path(&plan.kernel.btf_path)
-                .map_err(crate::error::bpf("setting the kernel BTF path"))?;
+                .map_err(crate::error::bpf("setting the kernel BTF path"))?
+                // Trace maps are pinned by name here and shared by every algorithm.
+                .pin_root_path(crate::loader::shared_dir())
+                .map_err(crate::error::bpf("setting the shared pin path"))?;
             let mut open = builder
                 .open(&mut storage)
                 .map_err(crate::error::bpf(format!(

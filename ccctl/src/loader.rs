@@ -5,8 +5,16 @@
 //!   `ops`   the struct_ops map instead, on kernels without links (< 6.4),
 //!           where registration outlives every fd until the entry is deleted;
 //!   `meta`  bookkeeping (`struct ccctl_meta`): when, how, and the default
-//!           congestion control to restore on unload.
+//!           congestion control to restore on unload;
+//!   `params` the tunable parameters (`struct ccctl_params`).
 //! Those pins are the whole state: `status` and `unload` read nothing else.
+//!
+//! Beside them, `<bpffs>/ccctl/shared/` holds the maps every algorithm
+//! object shares (libbpf pins them by name and reuses them on the next
+//! load): the per-ACK trace ring buffer `trace_events`, its configuration
+//! `trace_cfg`, the per-CPU drop counters `trace_drops`, the flow-id counter
+//! `trace_state` and the per-socket `trace_sk`. They go when the last
+//! algorithm is unloaded.
 use std::{
     ffi::OsStr,
     fs,
@@ -33,6 +41,61 @@ const MAP_OPS: &str = "ops";
 const MAP_OPS_PRE610: &str = "ops_pre610";
 const MAP_META: &str = "meta";
 const PIN_LINK: &str = "link";
+const MAP_PARAMS: &str = "params";
+const MAP_TRACE_EVENTS: &str = "trace_events";
+/// Ring-buffer size override for the next first load (bytes, a power of two
+/// of at least 4096); tests shrink it to force overflows.
+pub const ENV_TRACE_RING_BYTES: &str = "CCCTL_TRACE_RING_BYTES";
+
+/// `<bpffs>/ccctl/shared`, the maps all algorithms share.
+pub fn shared_dir() -> PathBuf {
+    pin_root().join("shared")
+}
+
+/// Default parameters, as the BPF side assumes for version 0.
+pub fn default_params() -> abi::ccctl_params {
+    abi::ccctl_params {
+        version: 1,
+        cwnd_gain: 2 * abi::CCCTL_GAIN_UNIT,
+        probe_up_gain: 5 * abi::CCCTL_GAIN_UNIT / 4,
+        w_min: 768,
+        w_max: 1024,
+        s_min: 1,
+    }
+}
+
+/// Size the trace ring buffer: the pinned one's if it exists (libbpf must
+/// find an identical map to reuse it), else the override, else the
+/// object's default.
+fn ring_bytes_for_load() -> Result<Option<u32>> {
+    let pinned = shared_dir().join(MAP_TRACE_EVENTS);
+    if pinned.exists() {
+        let map = MapHandle::from_pinned_path(&pinned).map_err(bpf(format!("opening {}", pinned.display())))?;
+        return Ok(Some(map.max_entries()));
+    }
+    match std::env::var(ENV_TRACE_RING_BYTES).ok().filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if n >= 4096 && n.is_power_of_two() => Ok(Some(n)),
+            _ => Err(Error::Io {
+                what: format!("{ENV_TRACE_RING_BYTES}={v}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "must be a power of two of at least 4096 (bytes)",
+                ),
+            }),
+        },
+    }
+}
+
+/// Removes the shared maps' pins once no algorithm is loaded any more.
+fn remove_shared_if_unused() {
+    let any_loaded = algos::ALGORITHMS.iter().any(|a| pin_dir(a).exists());
+    if !any_loaded {
+        let _ = fs::remove_dir_all(shared_dir());
+        let _ = fs::remove_dir(pin_root());
+    }
+}
 
 /// `<bpffs>/ccctl`, the root of all our pins.
 pub fn pin_root() -> PathBuf {
@@ -227,6 +290,11 @@ where
         if map.name() == OsStr::new(unwanted) {
             map.set_autocreate(false)
                 .map_err(bpf("disabling the unused struct_ops map"))?;
+        } else if map.name() == OsStr::new(MAP_TRACE_EVENTS) {
+            if let Some(bytes) = ring_bytes_for_load()? {
+                map.set_max_entries(bytes)
+                    .map_err(bpf("sizing the trace ring buffer"))?;
+            }
         } else if map.name() == OsStr::new(wanted) && !kernel.struct_ops_link {
             // Before 6.4 a struct_ops map must not carry BPF_F_LINK.
             let flags = map.map_flags() & !BPF_F_LINK;
@@ -235,8 +303,16 @@ where
         }
     }
 
+    // libbpf creates only the last path component when it pins.
+    fs::create_dir_all(shared_dir()).map_err(io(format!("creating {}", shared_dir().display())))?;
     let log = LibbpfLog::capture();
-    let mut skel = open.load().map_err(|e| log.load_error(plan.algo, e))?;
+    let mut skel = match open.load() {
+        Ok(skel) => skel,
+        Err(e) => {
+            remove_shared_if_unused();
+            return Err(log.load_error(plan.algo, e));
+        }
+    };
     drop(log);
 
     let object = skel.object_mut();
@@ -270,6 +346,14 @@ where
         maps[meta_idx]
             .pin(plan.pin_dir.join(MAP_META))
             .map_err(bpf("pinning the meta map"))?;
+        let params_idx = maps
+            .iter()
+            .position(|m| m.name() == OsStr::new(MAP_PARAMS))
+            .ok_or_else(|| missing_map(MAP_PARAMS))?;
+        maps[params_idx]
+            .pin(plan.pin_dir.join(MAP_PARAMS))
+            .map_err(bpf("pinning the params map"))?;
+        write_params(&plan.pin_dir, &default_params())?;
         Ok(())
     };
     if let Err(e) = pin() {
@@ -326,6 +410,7 @@ fn remove_pins(dir: &Path) -> Result<()> {
     if dir.exists() {
         fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
     }
+    remove_shared_if_unused();
     if let Some(root) = dir.parent() {
         let _ = fs::remove_dir(root); // only succeeds when empty
     }
@@ -361,6 +446,34 @@ fn read_meta(dir: &Path) -> Result<abi::ccctl_meta> {
     // SAFETY: ccctl_meta is plain old data generated from the ABI header and
     // the map's value size is that struct's size.
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<abi::ccctl_meta>()) })
+}
+
+/// The parameters in force for the algorithm pinned at `dir`.
+pub fn read_params(dir: &Path) -> Result<abi::ccctl_params> {
+    let path = dir.join(MAP_PARAMS);
+    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    let bytes = map
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .map_err(bpf("reading the params map"))?
+        .unwrap_or_default();
+    if bytes.len() < std::mem::size_of::<abi::ccctl_params>() {
+        return Ok(abi::ccctl_params::default());
+    }
+    // SAFETY: ccctl_params is plain old data generated from the ABI header.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<abi::ccctl_params>()) })
+}
+
+/// Replaces the whole parameter set at once (one map update: flows see the
+/// old set or the new one, never a mix). The caller bumps `version`.
+pub fn write_params(dir: &Path, p: &abi::ccctl_params) -> Result<()> {
+    let path = dir.join(MAP_PARAMS);
+    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    // SAFETY: plain old data of u32 fields, no padding.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((p as *const abi::ccctl_params).cast::<u8>(), std::mem::size_of::<abi::ccctl_params>())
+    };
+    map.update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
+        .map_err(bpf("writing the params map"))
 }
 
 fn write_meta(dir: &Path, meta: &abi::ccctl_meta) -> Result<()> {

@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Per-ACK tracing, shared by every ccctl congestion control.
+ *
+ * An algorithm calls ccctl_trace_begin() once per call of its main per-ACK
+ * hook.  When tracing is off that costs one load: the enabled flag of the
+ * one-entry trace_cfg array (the verifier inlines array lookups into a
+ * pointer computation).  When on, the filters (algorithm, port, addresses)
+ * and the sampling (every Nth ACK, or once per round trip) run before
+ * anything is reserved; then one struct ccctl_event is reserved in the ring
+ * buffer, the common fields are filled in here, the algorithm adds its own
+ * state and calls ccctl_trace_commit().  A failed reservation (the consumer
+ * fell behind and the ring is full) is counted per CPU in trace_drops, so
+ * nothing is lost silently.
+ *
+ * All maps here are pinned by name under <bpffs>/ccctl/shared/ (the loader
+ * sets libbpf's pin_root_path), so every algorithm object reuses the same
+ * ring buffer, configuration and flow-id counter.
+ */
+#ifndef __CCCTL_TRACE_H
+#define __CCCTL_TRACE_H
+
+#include "ccctl_common.h"
+
+/* Ring buffer size, bytes: 8 MiB is ~55 000 events, over 0.1 s of a 10 Gbit/s
+ * flow traced on every ACK.  The loader may override it (tests shrink it). */
+#define CCCTL_TRACE_RING_BYTES (8u << 20)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, CCCTL_TRACE_RING_BYTES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} trace_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ccctl_trace_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} trace_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} trace_drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct ccctl_trace_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} trace_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct ccctl_trace_sk);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} trace_sk SEC(".maps");
+
+static __always_inline u16 ccctl_bswap16(u16 v)
+{
+	return (u16)((v >> 8) | (v << 8));
+}
+
+/* Does this flow pass the filters of cfg? */
+static __always_inline bool ccctl_trace_match(const struct ccctl_trace_cfg *cfg, struct sock *sk, u8 algo,
+					      u16 sport, u16 dport)
+{
+	if (cfg->algo_mask && !(cfg->algo_mask & (1u << algo)))
+		return false;
+	if (cfg->port && cfg->port != sport && cfg->port != dport)
+		return false;
+	if (cfg->sport && cfg->sport != sport)
+		return false;
+	if (cfg->dport && cfg->dport != dport)
+		return false;
+	if (cfg->saddr && cfg->saddr != sk->__sk_common.skc_rcv_saddr)
+		return false;
+	if (cfg->daddr && cfg->daddr != sk->__sk_common.skc_daddr)
+		return false;
+	return true;
+}
+
+/* Delivery rate of this ACK's rate sample, bytes/s (0 without a valid sample). */
+static __always_inline u64 ccctl_sample_rate(const struct rate_sample *rs, u32 mss)
+{
+	if (rs->interval_us <= 0 || rs->delivered <= 0)
+		return 0;
+	return (u64)rs->delivered * mss * 1000000ULL / (u64)rs->interval_us;
+}
+
+/*
+ * Start an event for this ACK, or NULL when tracing is off, this flow is
+ * filtered or sampled out, or the ring is full (counted as a drop).
+ */
+static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, const struct rate_sample *rs, u8 algo,
+							     u32 param_version)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	const struct ccctl_trace_cfg *cfg;
+	struct ccctl_trace_state *state;
+	struct ccctl_trace_sk *ts;
+	struct ccctl_event *e;
+	u32 zero = 0;
+	u16 sport, dport;
+	u64 *drops;
+
+	cfg = bpf_map_lookup_elem(&trace_cfg, &zero);
+	if (!cfg || !cfg->enabled)
+		return NULL;
+
+	sport = sk->__sk_common.skc_num;
+	dport = ccctl_bswap16(sk->__sk_common.skc_dport);
+	if (!ccctl_trace_match(cfg, sk, algo, sport, dport))
+		return NULL;
+
+	ts = bpf_sk_storage_get(&trace_sk, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ts)
+		return NULL;
+	if (!ts->flow_id) {
+		state = bpf_map_lookup_elem(&trace_state, &zero);
+		if (!state)
+			return NULL;
+		ts->flow_id = __sync_fetch_and_add(&state->next_flow_id, 1) + 1;
+		ts->next_round_delivered = tp->delivered;
+	}
+	ts->acks++;
+	if (cfg->sample_every > 1 && ts->acks % cfg->sample_every)
+		return NULL;
+	if (cfg->once_per_rtt) {
+		if ((s32)(tp->delivered - ts->next_round_delivered) < 0)
+			return NULL;
+		/* What is in flight now is delivered one round trip from now. */
+		ts->next_round_delivered = tp->delivered + tcp_packets_in_flight(tp) + 1;
+	}
+
+	e = bpf_ringbuf_reserve(&trace_events, sizeof(*e), 0);
+	if (!e) {
+		drops = bpf_map_lookup_elem(&trace_drops, &zero);
+		if (drops)
+			*drops += 1;
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_ns();
+	e->flow_id = ts->flow_id;
+	e->saddr = sk->__sk_common.skc_rcv_saddr;
+	e->daddr = sk->__sk_common.skc_daddr;
+	e->sport = sport;
+	e->dport = dport;
+	e->family = sk->__sk_common.skc_family;
+	e->algo = algo;
+	e->ca_state = tcp_ca_state(sk);
+	e->cwnd = tcp_snd_cwnd(tp);
+	e->ssthresh = tp->snd_ssthresh;
+	e->mss = tp->mss_cache;
+	e->pacing_rate = sk->sk_pacing_rate;
+	e->delivery_rate = ccctl_sample_rate(rs, tp->mss_cache);
+	e->srtt_us = tp->srtt_us >> 3;
+	e->min_rtt_us = tcp_min_rtt(tp);
+	e->in_flight = tcp_packets_in_flight(tp);
+	e->delivered = tp->delivered;
+	e->lost = tp->lost;
+	e->total_retrans = tp->total_retrans;
+	e->param_version = param_version;
+	return e;
+}
+
+static __always_inline void ccctl_trace_commit(struct ccctl_event *e)
+{
+	bpf_ringbuf_submit(e, 0);
+}
+
+#endif /* __CCCTL_TRACE_H */

@@ -33,6 +33,12 @@
 //! TSO/GSO/GRO are switched off on every veth end of the path, so buffer
 //! sizes mean what they say.
 //!
+//! Building spawns at most three processes whatever the number of senders
+//! (one `ip -batch`, one or two `tc -batch`) and teardown one (`ip -batch`
+//! of `netns del`): inside the TCG VM every spawn costs ~300 ms. Sysctls,
+//! links, offloads, addresses and routes are set from a helper thread that
+//! joined the namespace (see [`Testbed::build`]).
+//!
 //! Addresses (all in 198.18.0.0/15): receiver link 198.18.0.0/24 (router .1,
 //! receiver .2), sender N link 198.18.(N+1).0/24 (sender .1, router .2).
 //!
@@ -49,8 +55,12 @@ pub use cleanup::cleanup_all;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -187,10 +197,93 @@ pub fn ns_spawn_stdio<S: AsRef<str>>(
     })
 }
 
+/// `ip ARGS…` (tests only: the testbed batches its `ip` commands).
+#[cfg(test)]
 fn ip<S: AsRef<str>>(args: &[S]) -> Result<Output> {
     let mut c = Command::new("ip");
     c.args(args.iter().map(|a| a.as_ref()));
     run(&mut c)
+}
+
+/// Runs `program args… -batch -` with `lines` as its script on stdin: one
+/// process for any number of `ip` or `tc` commands. Spawning processes, not
+/// the commands themselves, is what makes a testbed slow to build in the
+/// TCG VM (~300 ms per spawn there).
+///
+/// Without `-force` in `args` the tool stops at the first failing line; a
+/// non-zero exit becomes [`Error::Command`] whose `cmd` names the failing
+/// line, taken from the tool's `Command failed -:N` report.
+fn run_batch(program: &str, args: &[&str], lines: &[String]) -> Result<Output> {
+    let mut c = Command::new(program);
+    c.args(args).args(["-batch", "-"]);
+    let s = cmd_string(&c);
+    tracing::debug!(cmd = %s, script = %lines.join("; "), "run batch");
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            cmd: s.clone(),
+            source,
+        })?;
+    let mut script = lines.join("\n");
+    script.push('\n');
+    // Written from another thread, so a tool that fills its stderr pipe
+    // before reading all of its script cannot deadlock us.
+    let stdin = child.stdin.take();
+    let writer = thread::spawn(move || match stdin {
+        Some(mut w) => w.write_all(script.as_bytes()),
+        None => Ok(()),
+    });
+    let out = child.wait_with_output().map_err(|source| Error::Io {
+        what: format!("waiting for `{s}`"),
+        source,
+    })?;
+    let written = writer.join();
+    if !out.status.success() {
+        // A failed tool may have quit before reading everything: the
+        // writer's EPIPE says nothing more than the exit status.
+        let mut stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let cmd = match failed_batch_line(&stderr).and_then(|n| Some((n, lines.get(n - 1)?))) {
+            Some((n, line)) => {
+                // Said by `cmd` now, with the line itself.
+                stderr = stderr
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with("Command failed "))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                format!("{s} (line {n}: {line})")
+            }
+            None => s,
+        };
+        return Err(Error::Command {
+            cmd,
+            status: status_string(&out.status),
+            stderr,
+        });
+    }
+    match written {
+        Ok(Ok(())) => Ok(out),
+        Ok(Err(source)) => Err(Error::Io {
+            what: format!("writing the script of `{s}`"),
+            source,
+        }),
+        Err(_) => Err(Error::Io {
+            what: format!("writing the script of `{s}`"),
+            source: std::io::Error::other("writer thread panicked"),
+        }),
+    }
+}
+
+/// The (1-based) script line of the first `Command failed -:N` that
+/// `ip -batch` / `tc -batch` printed.
+fn failed_batch_line(stderr: &str) -> Option<usize> {
+    stderr
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Command failed "))
+        .find_map(|rest| rest.rsplit_once(':')?.1.trim().parse().ok())
+        .filter(|&n| n > 0)
 }
 
 /// A process spawned inside a namespace. Dropping it kills (SIGKILL) and
@@ -348,28 +441,74 @@ fn pid_alive(pid: i32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// Pids of processes whose network namespace is `ns`.
+/// Where `ip netns add` bind-mounts namespace `ns`.
+fn netns_path(ns: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(ns)
+}
+
+fn netns_exists(ns: &str) -> bool {
+    netns_path(ns).exists()
+}
+
+/// Identity of a network namespace: `(st_dev, st_ino)` of its nsfs inode,
+/// which both /run/netns/<name> (a bind mount of it) and /proc/<pid>/ns/net
+/// of every process inside stat to.
+type NsId = (u64, u64);
+
+fn ns_id(path: &Path) -> Option<NsId> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Pids of processes other than this one whose network namespace is one of
+/// `ids`. This is what `ip netns pids` does (compare each
+/// /proc/<pid>/ns/net with the namespace file), minus the process spawn.
+/// Zombies have no namespace any more and are not listed.
+fn pids_in(ids: &[NsId]) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            ns_id(Path::new(&format!("/proc/{pid}/ns/net"))).is_some_and(|id| ids.contains(&id))
+        })
+        .collect()
+}
+
+/// Pids of processes (other than this one) whose network namespace is `ns`.
+#[cfg(test)]
 fn netns_pids(ns: &str) -> Vec<i32> {
-    match ip(&["netns", "pids", ns]) {
-        Ok(out) => String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect(),
-        Err(_) => Vec::new(),
+    match ns_id(&netns_path(ns)) {
+        Some(id) => pids_in(&[id]),
+        None => Vec::new(),
     }
 }
 
-/// Kills every process inside `ns` (SIGKILL, again for any that appear
-/// meanwhile, waiting up to 2 s for them to go), then deletes the namespace,
-/// which takes its veths and qdiscs along. Deleting the namespace alone would
-/// not kill its processes (they keep it alive, anonymous). A namespace that
-/// is already gone (e.g. deleted concurrently by the signal-cleanup thread)
-/// is not an error.
-fn destroy_netns(ns: &str) -> Result<()> {
-    let me = std::process::id() as i32; // never SIGKILL ourselves
+/// Kills every process inside the namespaces `names` (SIGKILL, again for
+/// any that appear meanwhile, waiting up to 2 s for them to go), then
+/// deletes them all with one `ip -force -batch -` of `netns del` lines,
+/// which takes their veths and qdiscs along. Deleting a namespace alone
+/// would not kill its processes (they keep it alive, anonymous).
+///
+/// Namespaces already gone (never created because a build failed early, or
+/// deleted concurrently by the signal-cleanup thread) are not an error:
+/// they are skipped, `-force` keeps `ip` going past any that vanish
+/// meanwhile, and only a namespace that still exists afterwards counts as a
+/// failure. No process at all is spawned when none of them exists.
+fn destroy_netns_all(names: &[String]) -> Result<()> {
+    let present: Vec<&String> = names.iter().filter(|n| netns_exists(n)).collect();
+    if present.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<NsId> = present
+        .iter()
+        .filter_map(|n| ns_id(&netns_path(n)))
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let pids: Vec<i32> = netns_pids(ns).into_iter().filter(|&p| p != me).collect();
+        let pids = pids_in(&ids); // never lists ourselves
         if pids.is_empty() || Instant::now() >= deadline {
             break;
         }
@@ -381,60 +520,87 @@ fn destroy_netns(ns: &str) -> Result<()> {
         }
         thread::sleep(Duration::from_millis(20));
     }
-    match ip(&["netns", "del", ns]) {
-        Ok(_) => Ok(()),
-        Err(_) if !std::path::Path::new(NETNS_DIR).join(ns).exists() => Ok(()),
-        Err(e) => Err(e),
+    let lines: Vec<String> = present.iter().map(|n| format!("netns del {n}")).collect();
+    let res = run_batch("ip", &["-force"], &lines);
+    let left: Vec<&str> = present
+        .iter()
+        .filter(|n| netns_exists(n))
+        .map(|n| n.as_str())
+        .collect();
+    if left.is_empty() {
+        return Ok(());
     }
+    let left = left.join(" ");
+    Err(match res {
+        Err(Error::Command {
+            cmd,
+            status,
+            stderr,
+        }) => Error::Command {
+            cmd: format!("{cmd}, leaving {left}"),
+            status,
+            stderr,
+        },
+        Err(e) => e,
+        Ok(_) => Error::Io {
+            what: format!("deleting namespaces {left}"),
+            source: std::io::Error::other("still present after `ip netns del`"),
+        },
+    })
+}
+
+/// [`destroy_netns_all`] for one namespace.
+#[cfg(test)]
+fn destroy_netns(ns: &str) -> Result<()> {
+    destroy_netns_all(&[ns.to_string()])
 }
 
 /// Removes `ccctl-<pid>-…` namespaces whose owning pid is no longer alive
 /// (the after-a-crash path), killing processes left inside them; returns the
 /// names removed (failures are logged and skipped). Called at the start
-/// of every [`Testbed::new`]. A pid reused by an unrelated live process keeps
-/// its stale namespaces until that process exits.
+/// of every [`Testbed::new`]; spawns nothing unless there is something to
+/// remove. A pid reused by an unrelated live process keeps its stale
+/// namespaces until that process exits.
 pub fn sweep_stale() -> Vec<String> {
     let me = std::process::id() as i32;
-    let mut removed = Vec::new();
-    for name in list_netns() {
-        let Some(pid) = ns_owner_pid(&name) else {
-            continue;
-        };
-        if pid == me || pid_alive(pid) {
-            continue;
-        }
-        tracing::info!(ns = %name, pid, "removing stale namespace");
-        match destroy_netns(&name) {
-            Ok(()) => removed.push(name),
-            Err(e) => tracing::warn!(ns = %name, error = %e, "cannot remove stale namespace"),
-        }
+    let stale: Vec<String> = list_netns()
+        .into_iter()
+        .filter(|name| ns_owner_pid(name).is_some_and(|pid| pid != me && !pid_alive(pid)))
+        .collect();
+    if stale.is_empty() {
+        return stale;
     }
-    removed
+    tracing::info!(namespaces = %stale.join(" "), "removing stale namespaces");
+    if let Err(e) = destroy_netns_all(&stale) {
+        tracing::warn!(error = %e, "cannot remove some stale namespaces");
+    }
+    stale.into_iter().filter(|n| !netns_exists(n)).collect()
 }
 
-/// Best-effort `modprobe` of the modules the testbed may use (once per process).
+/// Best-effort `modprobe` of the modules the testbed may use (once per
+/// process, one process: `-a` loads every module named and carries on past
+/// ones that fail or do not exist).
 fn modprobe_all() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
-        for m in [
-            "sch_netem",
-            "sch_tbf",
-            "sch_htb",
-            "sch_fq",
-            "sch_fq_codel",
-            "ifb",
-            "act_mirred",
-            "cls_u32",
-            "sch_ingress",
-            "veth",
-        ] {
-            let _ = Command::new("modprobe")
-                .args(["-q", m])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
+        let _ = Command::new("modprobe")
+            .args(["-a", "-q"])
+            .args([
+                "sch_netem",
+                "sch_tbf",
+                "sch_htb",
+                "sch_fq",
+                "sch_fq_codel",
+                "ifb",
+                "act_mirred",
+                "cls_u32",
+                "sch_ingress",
+                "veth",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     });
 }
 
@@ -443,19 +609,28 @@ struct ScratchNs(String);
 
 impl ScratchNs {
     fn new() -> Result<Self> {
-        let name = format!("{}-probe", next_prefix());
-        cleanup::add_netns(&name)?;
-        let s = ScratchNs(name);
-        ip(&[
-            "-n", &s.0, "link", "add", "p0", "type", "veth", "peer", "name", "p1",
-        ])?;
+        // Built before the namespace exists: Drop deletes whatever a failed
+        // batch left behind (and spawns nothing if that is nothing).
+        let s = ScratchNs(format!("{}-probe", next_prefix()));
+        let ns = &s.0;
+        let names = [ns.clone()];
+        cleanup::create_netns(&names, || {
+            run_batch(
+                "ip",
+                &[],
+                &[
+                    format!("netns add {ns}"),
+                    format!("link add p0 netns {ns} type veth peer name p1 netns {ns}"),
+                ],
+            )
+        })?;
         Ok(s)
     }
 }
 
 impl Drop for ScratchNs {
     fn drop(&mut self) {
-        let _ = cleanup::del_netns(&self.0);
+        let _ = cleanup::del_netns(std::slice::from_ref(&self.0));
     }
 }
 
@@ -463,22 +638,26 @@ impl Drop for ScratchNs {
 /// once per kind in a throwaway namespace, result cached).
 pub fn qdisc_available(kind: &str, args: &[&str]) -> Result<bool> {
     static CACHE: OnceLock<Mutex<BTreeMap<String, bool>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(BTreeMap::new()));
-    if let Some(&b) = cache.lock().unwrap().get(kind) {
+    let cache = || {
+        CACHE
+            .get_or_init(|| Mutex::new(BTreeMap::new()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    };
+    if let Some(&b) = cache().get(kind) {
         return Ok(b);
     }
     modprobe_all();
     let ns = ScratchNs::new()?;
-    let mut argv = vec![
-        "tc", "qdisc", "add", "dev", "p0", "root", "handle", "1:", kind,
-    ];
-    argv.extend_from_slice(args);
-    let ok = ns_exec(&ns.0, &argv).is_ok();
-    if ok {
-        let _ = ns_exec(&ns.0, &["tc", "qdisc", "del", "dev", "p0", "root"]);
-    }
+    // The qdisc goes away with the namespace; no `tc qdisc del` needed.
+    let ok = run(Command::new("tc")
+        .args([
+            "-n", &ns.0, "qdisc", "add", "dev", "p0", "root", "handle", "1:", kind,
+        ])
+        .args(args))
+    .is_ok();
     drop(ns);
-    cache.lock().unwrap().insert(kind.to_string(), ok);
+    cache().insert(kind.to_string(), ok);
     Ok(ok)
 }
 
@@ -490,6 +669,439 @@ pub fn netem_available() -> Result<bool> {
 /// Whether fq_codel works here.
 pub fn fq_codel_available() -> Result<bool> {
     qdisc_available("fq_codel", &[])
+}
+
+// ---------------------------------------------------------------------------
+// In-namespace configuration without processes
+//
+// What `ip netns exec NS sysctl …`, `ip netns exec NS ethtool -K …` and
+// `ip -n NS addr/route/link …` did, done by a short-lived thread that joined
+// NS: sockets a thread creates and /proc/sys/net files it opens belong to
+// the thread's network namespace, not the process's. No process is spawned,
+// and the calling thread never changes namespace.
+
+/// Runs `f` on a fresh thread that has joined network namespace `ns`
+/// (/run/netns/<ns>). The thread exits with `f`, so nothing else ever runs
+/// in `ns` by accident.
+fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    let path = netns_path(ns);
+    thread::scope(|scope| {
+        let h = thread::Builder::new()
+            .name("ccctl-netns".into())
+            .spawn_scoped(scope, || {
+                let enter = |source| Error::Io {
+                    what: format!("entering network namespace {}", path.display()),
+                    source,
+                };
+                let file = File::open(&path).map_err(enter)?;
+                // SAFETY: setns on an fd we own; CLONE_NEWNET only affects
+                // this (helper) thread.
+                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return Err(enter(std::io::Error::last_os_error()));
+                }
+                drop(file);
+                f()
+            })
+            .map_err(|source| Error::Io {
+                what: format!("starting a thread for namespace {ns}"),
+                source,
+            })?;
+        h.join().unwrap_or_else(|_| {
+            Err(Error::Io {
+                what: format!("configuring namespace {ns}"),
+                source: std::io::Error::other("helper thread panicked"),
+            })
+        })
+    })
+}
+
+/// Everything one namespace needs set up from inside it, in the order it
+/// is applied.
+#[derive(Debug, Default)]
+struct NsSetup {
+    ns: String,
+    /// `(key, value)` as `sysctl -w key=value` takes them (`net.ipv4.…`).
+    sysctls: Vec<(&'static str, &'static str)>,
+    /// Devices to bring up (`ip link set DEV up`).
+    up: Vec<String>,
+    /// Devices to turn TSO, GSO and GRO off on (`ethtool -K DEV tso off gso
+    /// off gro off`).
+    no_offloads: Vec<String>,
+    /// `ip addr add ADDR/LEN dev DEV`.
+    addrs: Vec<(String, Ipv4Addr, u8)>,
+    /// `ip route add default via GW`.
+    gateway: Option<Ipv4Addr>,
+}
+
+impl NsSetup {
+    fn new(ns: &str) -> Self {
+        NsSetup {
+            ns: ns.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn apply(&self) -> Result<()> {
+        in_netns(&self.ns, || self.apply_here())
+    }
+
+    /// The body of [`apply`](Self::apply), on the thread inside the namespace.
+    fn apply_here(&self) -> Result<()> {
+        let err = |what: String| {
+            let ns = &self.ns;
+            move |source| Error::Io {
+                what: format!("namespace {ns}: {what}"),
+                source,
+            }
+        };
+        for &(key, value) in &self.sysctls {
+            // Opened by this thread, so resolved in its namespace.
+            let path = format!("/proc/sys/{}", key.replace('.', "/"));
+            std::fs::write(&path, value).map_err(err(format!("setting {key}={value}")))?;
+        }
+        let sock = IfSock::new().map_err(err("creating an AF_INET socket".into()))?;
+        let mut rtnl = Rtnl::new().map_err(err("creating a NETLINK_ROUTE socket".into()))?;
+        let index = |dev: &str| sock.ifindex(dev).map_err(err(format!("looking up {dev}")));
+        for dev in &self.up {
+            rtnl.link_up(index(dev)?)
+                .map_err(err(format!("setting {dev} up (RTM_NEWLINK)")))?;
+        }
+        for dev in &self.no_offloads {
+            sock.features_off(dev, &NO_OFFLOADS).map_err(err(format!(
+                "turning tso, gso and gro off on {dev} (SIOCETHTOOL)"
+            )))?;
+        }
+        for (dev, addr, len) in &self.addrs {
+            rtnl.addr_add(index(dev)?, *addr, *len)
+                .map_err(err(format!("adding {addr}/{len} to {dev} (RTM_NEWADDR)")))?;
+        }
+        if let Some(gw) = self.gateway {
+            rtnl.default_route(gw)
+                .map_err(err(format!("adding default route via {gw} (RTM_NEWROUTE)")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Commands and string set of `<linux/ethtool.h>` used by
+/// [`IfSock::features_off`].
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETHTOOL_SFEATURES: u32 = 0x3b;
+const ETH_SS_FEATURES: u32 = 4;
+const ETH_GSTRING_LEN: usize = 32;
+
+/// The features `ethtool -K DEV tso off gso off gro off` switches off: its
+/// legacy `tso`, `gso` and `gro` flags stand for these name patterns (`*`:
+/// any run of characters). Matching by name, as ethtool does, also covers
+/// TSO variants newer than the legacy `ETHTOOL_STSO` mask (6.18's
+/// `tx-tcp-accecn-segmentation`).
+const NO_OFFLOADS: [&str; 3] = ["tx-tcp*-segmentation", "tx-generic-segmentation", "rx-gro"];
+
+/// `name` matches `pattern`, which holds at most one `*`.
+fn feature_matches(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        Some((pre, post)) => {
+            name.len() >= pre.len() + post.len() && name.starts_with(pre) && name.ends_with(post)
+        }
+        None => name == pattern,
+    }
+}
+
+/// An AF_INET datagram socket: the handle for interface ioctls in the
+/// namespace of the thread that created it.
+struct IfSock(OwnedFd);
+
+impl IfSock {
+    fn new() -> std::io::Result<Self> {
+        // SAFETY: plain socket(2); the fd is owned right away.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd nobody else owns.
+        Ok(IfSock(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ifreq(dev: &str) -> std::io::Result<libc::ifreq> {
+        if dev.is_empty() || dev.len() >= libc::IFNAMSIZ || dev.contains('\0') {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("bad interface name {dev:?}"),
+            ));
+        }
+        // SAFETY: ifreq is plain data (a name and a union of integers,
+        // addresses and a pointer); all zeros is a valid value.
+        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, &b) in ifr.ifr_name.iter_mut().zip(dev.as_bytes()) {
+            *d = b as libc::c_char;
+        }
+        Ok(ifr)
+    }
+
+    fn ioctl(&self, req: libc::c_ulong, ifr: &mut libc::ifreq) -> std::io::Result<()> {
+        // SAFETY: `req` is an ifreq-taking ioctl and `ifr` outlives the call
+        // (as does anything its union points to: callers keep it alive).
+        if unsafe { libc::ioctl(self.0.as_raw_fd(), req as _, ifr as *mut libc::ifreq) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `SIOCGIFINDEX`.
+    fn ifindex(&self, dev: &str) -> std::io::Result<i32> {
+        let mut ifr = Self::ifreq(dev)?;
+        self.ioctl(libc::SIOCGIFINDEX, &mut ifr)?;
+        // SAFETY: SIOCGIFINDEX filled in the ifindex member.
+        Ok(unsafe { ifr.ifr_ifru.ifru_ifindex })
+    }
+
+    /// `SIOCETHTOOL` with the request at `data` (a `struct ethtool_*`
+    /// whose first `u32` is the command); returns the ioctl's non-negative
+    /// result.
+    fn ethtool(&self, dev: &str, data: *mut libc::c_void) -> std::io::Result<i32> {
+        let mut ifr = Self::ifreq(dev)?;
+        ifr.ifr_ifru.ifru_data = data.cast();
+        // SAFETY: SIOCETHTOOL reads/writes the request `data` points to,
+        // which the caller keeps alive and sizes for its command.
+        let r = unsafe {
+            libc::ioctl(
+                self.0.as_raw_fd(),
+                libc::SIOCETHTOOL as _,
+                &mut ifr as *mut libc::ifreq,
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(r)
+    }
+
+    /// The device's feature names, indexed by feature bit
+    /// (`ETHTOOL_GSSET_INFO` + `ETHTOOL_GSTRINGS` of `ETH_SS_FEATURES`).
+    fn feature_names(&self, dev: &str) -> std::io::Result<Vec<String>> {
+        /// `struct ethtool_sset_info` with room for one count.
+        #[repr(C)]
+        struct SsetInfo {
+            cmd: u32,
+            reserved: u32,
+            sset_mask: u64,
+            count: u32,
+        }
+        let mut info = SsetInfo {
+            cmd: ETHTOOL_GSSET_INFO,
+            reserved: 0,
+            sset_mask: 1 << ETH_SS_FEATURES,
+            count: 0,
+        };
+        self.ethtool(dev, (&mut info as *mut SsetInfo).cast())?;
+        if info.sset_mask & (1 << ETH_SS_FEATURES) == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "no feature names (ETH_SS_FEATURES)",
+            ));
+        }
+        let n = info.count as usize;
+        // struct ethtool_gstrings { u32 cmd, string_set, len; u8 data[len * 32]; }
+        let mut buf = vec![0u32; 3 + n * ETH_GSTRING_LEN / 4];
+        buf[..3].copy_from_slice(&[ETHTOOL_GSTRINGS, ETH_SS_FEATURES, n as u32]);
+        self.ethtool(dev, buf.as_mut_ptr().cast())?;
+        let bytes: Vec<u8> = buf[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        Ok(bytes
+            .chunks(ETH_GSTRING_LEN)
+            .map(|c| {
+                let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+                String::from_utf8_lossy(&c[..end]).into_owned()
+            })
+            .collect())
+    }
+
+    /// Switches off every feature whose name matches one of `patterns`
+    /// (`ETHTOOL_SFEATURES`, as `ethtool -K` does). Features the device
+    /// cannot change (`[fixed]`) stay as they are, as with ethtool.
+    fn features_off(&self, dev: &str, patterns: &[&str]) -> std::io::Result<()> {
+        let names = self.feature_names(dev)?;
+        // struct ethtool_sfeatures { u32 cmd, size;
+        //     struct { u32 valid, requested; } features[size]; }
+        let words = names.len().div_ceil(32);
+        let mut req = vec![0u32; 2 + 2 * words];
+        req[0] = ETHTOOL_SFEATURES;
+        req[1] = words as u32;
+        let mut any = false;
+        for (bit, name) in names.iter().enumerate() {
+            if patterns.iter().any(|p| feature_matches(p, name)) {
+                req[2 + 2 * (bit / 32)] |= 1 << (bit % 32); // valid; requested: 0
+                any = true;
+            }
+        }
+        if !any {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no feature named like {}", patterns.join(", ")),
+            ));
+        }
+        self.ethtool(dev, req.as_mut_ptr().cast()).map(|_| ())
+    }
+}
+
+/// Netlink bits of `<linux/netlink.h>`, `<linux/if_addr.h>`,
+/// `<linux/rtnetlink.h>` used by [`Rtnl`].
+const NLMSG_HDRLEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_EXCL: u16 = 0x200;
+const NLM_F_CREATE: u16 = 0x400;
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const RTA_GATEWAY: u16 = 5;
+
+/// A minimal rtnetlink client for the calling thread's namespace: one
+/// request at a time, each acknowledged; the messages are the ones `ip`
+/// sends for `link set DEV up`, `addr add A/N dev DEV` and
+/// `route add default via GW`.
+struct Rtnl {
+    fd: OwnedFd,
+    seq: u32,
+}
+
+impl Rtnl {
+    fn new() -> std::io::Result<Self> {
+        // SAFETY: plain socket(2); the fd is owned right away.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd nobody else owns.
+        Ok(Rtnl {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            seq: 0,
+        })
+    }
+
+    /// Sends `payload` (the message body after `struct nlmsghdr`) as a
+    /// request of type `ty` with `NLM_F_ACK` and waits for the kernel's
+    /// answer: `Ok` for a zero error, the errno otherwise.
+    fn request(&mut self, ty: u16, flags: u16, payload: &[u8]) -> std::io::Result<()> {
+        self.seq = self.seq.wrapping_add(1);
+        let len = NLMSG_HDRLEN + payload.len();
+        let mut msg = Vec::with_capacity(len);
+        msg.extend_from_slice(&(len as u32).to_ne_bytes());
+        msg.extend_from_slice(&ty.to_ne_bytes());
+        msg.extend_from_slice(&(flags | NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+        msg.extend_from_slice(&self.seq.to_ne_bytes());
+        msg.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid
+        msg.extend_from_slice(payload);
+        // SAFETY: sockaddr_nl is plain data; zero is "the kernel".
+        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: sendto from a live buffer to a sockaddr of the size given.
+        let n = unsafe {
+            libc::sendto(
+                fd,
+                msg.as_ptr().cast(),
+                msg.len(),
+                0,
+                (&kernel as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let bad =
+            |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+        let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let mut buf = vec![0u8; 8192];
+        loop {
+            // SAFETY: recv into a live buffer of the length given.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let b = &buf[..n as usize];
+            let mut off = 0;
+            while off + NLMSG_HDRLEN <= b.len() {
+                let mlen = u32_at(b, off) as usize;
+                if mlen < NLMSG_HDRLEN || off + mlen > b.len() {
+                    return Err(bad("malformed netlink answer"));
+                }
+                let mty = u16::from_ne_bytes([b[off + 4], b[off + 5]]);
+                let mseq = u32_at(b, off + 8);
+                if mty == NLMSG_ERROR && mseq == self.seq {
+                    // struct nlmsgerr { int error; struct nlmsghdr msg; … }
+                    if mlen < NLMSG_HDRLEN + 4 {
+                        return Err(bad("truncated netlink error message"));
+                    }
+                    let errno = u32_at(b, off + NLMSG_HDRLEN) as i32;
+                    return match errno {
+                        0 => Ok(()),
+                        e => Err(std::io::Error::from_raw_os_error(-e)),
+                    };
+                }
+                off += mlen.next_multiple_of(4);
+            }
+        }
+    }
+
+    /// Appends a `struct rtattr` (4-byte aligned).
+    fn attr(buf: &mut Vec<u8>, ty: u16, data: &[u8]) {
+        buf.extend_from_slice(&(4 + data.len() as u16).to_ne_bytes());
+        buf.extend_from_slice(&ty.to_ne_bytes());
+        buf.extend_from_slice(data);
+        buf.resize(buf.len().next_multiple_of(4), 0);
+    }
+
+    /// `ip link set DEV up`: RTM_NEWLINK changing only IFF_UP.
+    fn link_up(&mut self, index: i32) -> std::io::Result<()> {
+        let up = libc::IFF_UP as u32;
+        // struct ifinfomsg { family, pad; u16 type; i32 index; u32 flags, change; }
+        let mut p = vec![libc::AF_UNSPEC as u8, 0, 0, 0];
+        p.extend_from_slice(&index.to_ne_bytes());
+        p.extend_from_slice(&up.to_ne_bytes());
+        p.extend_from_slice(&up.to_ne_bytes());
+        self.request(libc::RTM_NEWLINK, 0, &p)
+    }
+
+    /// `ip addr add ADDR/LEN dev DEV`.
+    fn addr_add(&mut self, index: i32, addr: Ipv4Addr, len: u8) -> std::io::Result<()> {
+        // struct ifaddrmsg { family, prefixlen, flags, scope; u32 index; }
+        let mut p = vec![libc::AF_INET as u8, len, 0, libc::RT_SCOPE_UNIVERSE];
+        p.extend_from_slice(&(index as u32).to_ne_bytes());
+        Self::attr(&mut p, IFA_LOCAL, &addr.octets());
+        Self::attr(&mut p, IFA_ADDRESS, &addr.octets());
+        self.request(libc::RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, &p)
+    }
+
+    /// `ip route add default via GW` (main table).
+    fn default_route(&mut self, gw: Ipv4Addr) -> std::io::Result<()> {
+        // struct rtmsg { family, dst_len, src_len, tos, table, protocol,
+        //                scope, type; u32 flags; }
+        let mut p = vec![
+            libc::AF_INET as u8,
+            0,
+            0,
+            0,
+            libc::RT_TABLE_MAIN,
+            libc::RTPROT_BOOT,
+            libc::RT_SCOPE_UNIVERSE,
+            libc::RTN_UNICAST,
+        ];
+        p.extend_from_slice(&0u32.to_ne_bytes());
+        Self::attr(&mut p, RTA_GATEWAY, &gw.octets());
+        self.request(libc::RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, &p)
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -653,7 +1265,9 @@ pub struct QdiscStats {
 pub struct Testbed {
     cfg: TestbedConfig,
     prefix: String,
-    /// Namespaces created so far, in creation order.
+    /// Namespaces of this testbed in creation order, recorded (and in the
+    /// cleanup registry) before the batch that creates them: after a failed
+    /// build some may not exist, which teardown tolerates.
     created: Vec<String>,
     next_port: AtomicU16,
 }
@@ -665,6 +1279,50 @@ pub const ROUTER_RX_DEV: &str = "to_rx";
 
 pub fn router_sender_dev(i: usize) -> String {
     format!("to_s{i}")
+}
+
+/// The ifb device in the receiver namespace that carries random loss.
+const IFB_DEV: &str = "ifb0";
+
+/// Runs `tc -n NS -batch -` with `lines` on a scoped thread, so that it
+/// overlaps with other work (namespace set-up, another namespace's `tc`).
+fn spawn_tc_batch<'scope, 'env>(
+    scope: &'scope thread::Scope<'scope, 'env>,
+    ns: &'env str,
+    lines: &'env [String],
+) -> Result<thread::ScopedJoinHandle<'scope, Result<Output>>> {
+    thread::Builder::new()
+        .name("ccctl-tc".into())
+        .spawn_scoped(scope, move || run_batch("tc", &["-n", ns], lines))
+        .map_err(|source| Error::Io {
+            what: format!("starting a thread for `tc -n {ns} -batch -`"),
+            source,
+        })
+}
+
+/// `ip -batch` line creating a veth pair straight into its two namespaces
+/// (MTU set on both ends; they are brought up from inside, since the peer
+/// of a pair cannot be created up).
+fn veth_line(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str, mtu: u32) -> String {
+    format!(
+        "link add {dev_a} mtu {mtu} netns {ns_a} type veth peer name {dev_b} mtu {mtu} netns {ns_b}"
+    )
+}
+
+/// The receiver's `tc` script for random loss `p`: `eth0` ingress redirected
+/// to the ifb device, whose root netem drops.
+fn loss_qdiscs(p: f64) -> Vec<String> {
+    vec![
+        format!(
+            "qdisc add dev {IFB_DEV} root netem loss {}% limit {NETEM_LIMIT}",
+            p * 100.0
+        ),
+        format!("qdisc add dev {RECEIVER_DEV} handle ffff: ingress"),
+        format!(
+            "filter add dev {RECEIVER_DEV} parent ffff: protocol all u32 match u32 0 0 \
+             action mirred egress redirect dev {IFB_DEV}"
+        ),
+    ]
 }
 
 impl Testbed {
@@ -761,243 +1419,162 @@ impl Testbed {
         parse_qdisc_stats(&String::from_utf8_lossy(&out.stdout), "1:")
     }
 
-    fn add_ns(&mut self, role: Role) -> Result<String> {
-        let ns = self.ns(role);
-        cleanup::add_netns(&ns)?;
-        self.created.push(ns.clone());
-        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        // Fresh per-flow state (no cached ssthresh/RTT between runs), and
-        // socket-buffer autotuning up to 64 MiB so large BDPs (1 Gbit/s x
-        // 200 ms = 25 MB) are never receive-window limited.
-        ns_exec(
-            &ns,
-            &[
-                "sysctl",
-                "-qw",
-                "net.ipv4.tcp_no_metrics_save=1",
-                "net.ipv4.tcp_rmem=4096 131072 67108864",
-                "net.ipv4.tcp_wmem=4096 16384 67108864",
-            ],
-        )?;
-        Ok(ns)
-    }
-
-    fn veth(&self, ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str) -> Result<()> {
-        ip(&[
-            "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns",
-            ns_b,
-        ])?;
-        let mtu = self.cfg.mtu.to_string();
-        for (ns, dev) in [(ns_a, dev_a), (ns_b, dev_b)] {
-            ip(&["-n", ns, "link", "set", dev, "mtu", &mtu, "up"])?;
-            if self.cfg.disable_offloads {
-                ns_exec(
-                    ns,
-                    &[
-                        "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off",
-                    ],
-                )?;
-            }
-        }
-        Ok(())
-    }
-
+    /// Builds the dumbbell with at most three processes whatever the number
+    /// of senders (spawns cost ~300 ms each in the TCG VM):
+    ///
+    /// 1. one `ip -batch -`: every namespace (`netns add`, i.e. a bind mount
+    ///    under /run/netns), every veth pair (created straight into its two
+    ///    namespaces, MTU set), the ifb device;
+    /// 2. one `tc -n <router> -batch -` for the bottleneck and ACK-path
+    ///    delays, and with random loss one `tc -n <receiver> -batch -`,
+    ///    running concurrently with
+    /// 3. a helper thread per namespace ([`NsSetup`]): sysctls, links up,
+    ///    offloads off, addresses, default route.
+    ///
+    /// All names are in `created` (and the cleanup registry) before the
+    /// batch runs, so a failure at any step tears down whatever exists.
     fn build(&mut self) -> Result<()> {
-        let rt = self.add_ns(Role::Router)?;
-        ns_exec(&rt, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
-        let rx = self.add_ns(Role::Receiver)?;
+        let c = &self.cfg;
+        let rt = self.ns(Role::Router);
+        let rx = self.ns(Role::Receiver);
+        let senders: Vec<String> = (0..c.senders.len())
+            .map(|i| self.ns(Role::Sender(i)))
+            .collect();
+        let loss = c.loss.filter(|&p| p > 0.0);
+        let mut all = vec![rt.clone(), rx.clone()];
+        all.extend(senders.iter().cloned());
 
+        let mut lines: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
         // Router <-> receiver, with the bottleneck on the router's egress.
-        self.veth(&rt, ROUTER_RX_DEV, &rx, RECEIVER_DEV)?;
-        ip(&[
-            "-n",
-            &rt,
-            "addr",
-            "add",
-            "198.18.0.1/24",
-            "dev",
-            ROUTER_RX_DEV,
-        ])?;
-        ip(&[
-            "-n",
-            &rx,
-            "addr",
-            "add",
-            "198.18.0.2/24",
-            "dev",
-            RECEIVER_DEV,
-        ])?;
-        ip(&["-n", &rx, "route", "add", "default", "via", "198.18.0.1"])?;
-        self.add_bottleneck(&rt)?;
-        if let Some(p) = self.cfg.loss.filter(|&p| p > 0.0) {
-            self.add_loss(&rx, p)?;
+        lines.push(veth_line(&rt, ROUTER_RX_DEV, &rx, RECEIVER_DEV, c.mtu));
+        if loss.is_some() {
+            lines.push(format!("link add {IFB_DEV} netns {rx} type ifb"));
         }
+        for (i, s) in senders.iter().enumerate() {
+            lines.push(veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu));
+        }
+        let rt_tc = self.router_qdiscs();
+        let rx_tc = loss.map(loss_qdiscs);
+        let setups = self.ns_setups();
 
-        for i in 0..self.cfg.senders.len() {
-            let s = self.add_ns(Role::Sender(i))?;
-            let rdev = router_sender_dev(i);
-            self.veth(&s, SENDER_DEV, &rt, &rdev)?;
-            let net = i + 1;
-            ip(&[
-                "-n",
-                &s,
-                "addr",
-                "add",
-                &format!("198.18.{net}.1/24"),
-                "dev",
-                SENDER_DEV,
-            ])?;
-            ip(&[
-                "-n",
-                &rt,
-                "addr",
-                "add",
-                &format!("198.18.{net}.2/24"),
-                "dev",
-                &rdev,
-            ])?;
-            ip(&[
-                "-n",
-                &s,
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("198.18.{net}.2"),
-            ])?;
-            let rtt = self.cfg.senders[i].rtt;
-            if !rtt.is_zero() {
-                // Whole base RTT on the ACK path (router -> sender egress).
-                ns_exec(
-                    &rt,
-                    &[
-                        "tc",
-                        "qdisc",
-                        "add",
-                        "dev",
-                        &rdev,
-                        "root",
-                        "handle",
-                        "1:",
-                        "netem",
-                        "delay",
-                        &format!("{}us", rtt.as_micros()),
-                        "limit",
-                        &NETEM_LIMIT.to_string(),
-                    ],
-                )?;
-            }
-        }
-        Ok(())
+        self.created = all.clone();
+        cleanup::create_netns(&all, || run_batch("ip", &[], &lines))?;
+
+        thread::scope(|scope| {
+            let rt_job = spawn_tc_batch(scope, &rt, &rt_tc)?;
+            let rx_job = rx_tc
+                .as_deref()
+                .map(|l| spawn_tc_batch(scope, &rx, l))
+                .transpose()?;
+            let configured = setups.iter().try_for_each(NsSetup::apply);
+            let join = |h: thread::ScopedJoinHandle<'_, Result<Output>>| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Io {
+                        what: "running `tc -batch -`".into(),
+                        source: std::io::Error::other("thread panicked"),
+                    })
+                })
+            };
+            let rt_res = join(rt_job);
+            let rx_res = rx_job.map(join).transpose();
+            rt_res?;
+            rx_res?;
+            configured
+        })
     }
 
-    fn add_bottleneck(&self, rt: &str) -> Result<()> {
+    /// What every namespace gets from inside: fresh per-flow state (no
+    /// cached ssthresh/RTT between runs), socket-buffer autotuning up to
+    /// 64 MiB so large BDPs (1 Gbit/s x 200 ms = 25 MB) are never receive-
+    /// window limited, loopback up; plus per role forwarding, links,
+    /// offloads, addresses and routes.
+    fn ns_setups(&self) -> Vec<NsSetup> {
         let c = &self.cfg;
-        let burst = tbf_burst(c.rate_bps, c.mtu);
-        ns_exec(
-            rt,
-            &[
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                ROUTER_RX_DEV,
-                "root",
-                "handle",
-                "1:",
-                "tbf",
-                "rate",
-                &format!("{}bit", c.rate_bps),
-                "burst",
-                &burst.to_string(),
-                "limit",
-                &c.buffer_bytes.to_string(),
-            ],
-        )?;
+        let base = |role: Role| {
+            let mut s = NsSetup::new(&self.ns(role));
+            s.sysctls = vec![
+                ("net.ipv4.tcp_no_metrics_save", "1"),
+                ("net.ipv4.tcp_rmem", "4096 131072 67108864"),
+                ("net.ipv4.tcp_wmem", "4096 16384 67108864"),
+            ];
+            s.up.push("lo".into());
+            s
+        };
+        let mut v = Vec::with_capacity(c.senders.len() + 2);
+
+        let mut rt = base(Role::Router);
+        rt.sysctls.push(("net.ipv4.ip_forward", "1"));
+        let mut rt_devs = vec![(ROUTER_RX_DEV.to_string(), self.addr(Role::Router))];
+        rt_devs.extend(
+            (0..c.senders.len())
+                .map(|i| (router_sender_dev(i), Ipv4Addr::new(198, 18, i as u8 + 1, 2))),
+        );
+        for (dev, addr) in rt_devs {
+            rt.up.push(dev.clone());
+            if c.disable_offloads {
+                rt.no_offloads.push(dev.clone());
+            }
+            rt.addrs.push((dev, addr, 24));
+        }
+        v.push(rt);
+
+        let mut rx = base(Role::Receiver);
+        rx.up.push(RECEIVER_DEV.into());
+        if c.loss.is_some_and(|p| p > 0.0) {
+            rx.up.push(IFB_DEV.into());
+        }
+        if c.disable_offloads {
+            rx.no_offloads.push(RECEIVER_DEV.into());
+        }
+        rx.addrs
+            .push((RECEIVER_DEV.into(), self.addr(Role::Receiver), 24));
+        rx.gateway = Some(self.addr(Role::Router));
+        v.push(rx);
+
+        for i in 0..c.senders.len() {
+            let mut s = base(Role::Sender(i));
+            s.up.push(SENDER_DEV.into());
+            if c.disable_offloads {
+                s.no_offloads.push(SENDER_DEV.into());
+            }
+            s.addrs
+                .push((SENDER_DEV.into(), self.addr(Role::Sender(i)), 24));
+            s.gateway = Some(Ipv4Addr::new(198, 18, i as u8 + 1, 2));
+            v.push(s);
+        }
+        v
+    }
+
+    /// The router's `tc` script: the bottleneck on `to_rx` and, for each
+    /// sender with a non-zero RTT, the whole base RTT on its ACK path
+    /// (router -> sender egress).
+    fn router_qdiscs(&self) -> Vec<String> {
+        let c = &self.cfg;
+        let mut lines = vec![format!(
+            "qdisc add dev {ROUTER_RX_DEV} root handle 1: tbf rate {}bit burst {} limit {}",
+            c.rate_bps,
+            tbf_burst(c.rate_bps, c.mtu),
+            c.buffer_bytes
+        )];
         match c.aqm {
             Aqm::TailDrop => {}
             Aqm::FqCodel => {
                 let pkts = c.buffer_bytes.div_ceil(c.mtu as u64 + ETH_HLEN).max(1);
-                ns_exec(
-                    rt,
-                    &[
-                        "tc",
-                        "qdisc",
-                        "add",
-                        "dev",
-                        ROUTER_RX_DEV,
-                        "parent",
-                        "1:1",
-                        "handle",
-                        "10:",
-                        "fq_codel",
-                        "limit",
-                        &pkts.to_string(),
-                    ],
-                )?;
+                lines.push(format!(
+                    "qdisc add dev {ROUTER_RX_DEV} parent 1:1 handle 10: fq_codel limit {pkts}"
+                ));
             }
         }
-        Ok(())
-    }
-
-    fn add_loss(&self, rx: &str, p: f64) -> Result<()> {
-        ip(&["-n", rx, "link", "add", "ifb0", "type", "ifb"])?;
-        ip(&["-n", rx, "link", "set", "ifb0", "up"])?;
-        ns_exec(
-            rx,
-            &[
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "ifb0",
-                "root",
-                "netem",
-                "loss",
-                &format!("{}%", p * 100.0),
-                "limit",
-                &NETEM_LIMIT.to_string(),
-            ],
-        )?;
-        ns_exec(
-            rx,
-            &[
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                RECEIVER_DEV,
-                "handle",
-                "ffff:",
-                "ingress",
-            ],
-        )?;
-        ns_exec(
-            rx,
-            &[
-                "tc",
-                "filter",
-                "add",
-                "dev",
-                RECEIVER_DEV,
-                "parent",
-                "ffff:",
-                "protocol",
-                "all",
-                "u32",
-                "match",
-                "u32",
-                "0",
-                "0",
-                "action",
-                "mirred",
-                "egress",
-                "redirect",
-                "dev",
-                "ifb0",
-            ],
-        )?;
-        Ok(())
+        for (i, s) in c.senders.iter().enumerate() {
+            if !s.rtt.is_zero() {
+                lines.push(format!(
+                    "qdisc add dev {} root handle 1: netem delay {}us limit {NETEM_LIMIT}",
+                    router_sender_dev(i),
+                    s.rtt.as_micros()
+                ));
+            }
+        }
+        lines
     }
 
     /// Tears down explicitly, reporting the first error (Drop ignores them).
@@ -1005,16 +1582,19 @@ impl Testbed {
         self.teardown()
     }
 
+    /// Kills the processes in all of this testbed's namespaces, then deletes
+    /// them with one `ip -batch` (senders first, router last; names that
+    /// were never created are skipped).
     fn teardown(&mut self) -> Result<()> {
-        let mut first = None;
-        // Senders first (they are created last), router last.
-        while let Some(ns) = self.created.pop() {
-            if let Err(e) = cleanup::del_netns(&ns) {
-                tracing::warn!(ns = %ns, error = %e, "namespace teardown failed");
-                first.get_or_insert(e);
-            }
+        if self.created.is_empty() {
+            return Ok(());
         }
-        first.map_or(Ok(()), Err)
+        let names: Vec<String> = self.created.drain(..).rev().collect();
+        let res = cleanup::del_netns(&names);
+        if let Err(e) = &res {
+            tracing::warn!(prefix = %self.prefix, error = %e, "namespace teardown failed");
+        }
+        res
     }
 }
 
@@ -1103,6 +1683,38 @@ mod tests {
         assert!(TestbedConfig::new(50_000_000, 62_500)
             .with_rtts(&[Duration::from_millis(20)])
             .needs_netem());
+    }
+
+    #[test]
+    fn offload_feature_patterns() {
+        let off = |n: &str| NO_OFFLOADS.iter().any(|p| feature_matches(p, n));
+        for n in [
+            "tx-tcp-segmentation",
+            "tx-tcp-ecn-segmentation",
+            "tx-tcp-mangleid-segmentation",
+            "tx-tcp6-segmentation",
+            "tx-tcp-accecn-segmentation",
+            "tx-generic-segmentation",
+            "rx-gro",
+        ] {
+            assert!(off(n), "{n}");
+        }
+        for n in [
+            "rx-gro-list",
+            "rx-gro-hw",
+            "tx-udp-segmentation",
+            "tx-tcp",
+            "rx-lro",
+        ] {
+            assert!(!off(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn batch_failure_line() {
+        let e = "Error: ...\nCommand failed -:3\n";
+        assert_eq!(failed_batch_line(e), Some(3));
+        assert_eq!(failed_batch_line("RTNETLINK answers: File exists"), None);
     }
 
     #[test]
@@ -1259,6 +1871,258 @@ mod host_tests {
         );
         assert!(total >= 0.8 * rate as f64);
         assert!(res.iter().all(|r| r.goodput_bps > 1e6));
+    }
+
+    /// `(st_dev, st_ino)` of the calling thread's network namespace.
+    fn own_netns() -> NsId {
+        ns_id(Path::new("/proc/thread-self/ns/net")).unwrap()
+    }
+
+    fn sysctl(tb: &Testbed, role: Role, key: &str) -> String {
+        let out = tb.exec(role, &["sysctl", "-n", key]).unwrap();
+        let v = String::from_utf8_lossy(&out.stdout);
+        v.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// The process-free set-up lands inside each namespace and nowhere else:
+    /// sysctls (read back by `sysctl` run in the namespace), every veth end
+    /// up with offloads off (`ethtool -k`), addresses and routes (a flow from
+    /// every sender through the router), the bottleneck qdisc; the calling
+    /// thread's namespace and the host's sysctls are untouched; nothing is
+    /// left after `destroy`.
+    #[test]
+    fn three_senders_set_up_in_their_namespaces() {
+        let host_rmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").unwrap();
+        let host_fwd = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
+        let before = own_netns();
+        let tb =
+            Testbed::new(TestbedConfig::new(20_000_000, 100_000).with_rtts(&[Duration::ZERO; 3]))
+                .unwrap();
+        assert_eq!(own_netns(), before, "Testbed::new moved the calling thread");
+        assert_eq!(
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").unwrap(),
+            host_rmem
+        );
+        assert_eq!(
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap(),
+            host_fwd
+        );
+
+        let mut roles = vec![Role::Router, Role::Receiver];
+        roles.extend((0..3).map(Role::Sender));
+        for &r in &roles {
+            assert_eq!(sysctl(&tb, r, "net.ipv4.tcp_no_metrics_save"), "1", "{r}");
+            assert_eq!(
+                sysctl(&tb, r, "net.ipv4.tcp_rmem"),
+                "4096 131072 67108864",
+                "{r}"
+            );
+            assert_eq!(
+                sysctl(&tb, r, "net.ipv4.tcp_wmem"),
+                "4096 16384 67108864",
+                "{r}"
+            );
+            let fwd = if r == Role::Router { "1" } else { "0" };
+            assert_eq!(sysctl(&tb, r, "net.ipv4.ip_forward"), fwd, "{r}");
+            let lo = tb.exec(r, &["ip", "-o", "link", "show", "lo"]).unwrap();
+            assert!(
+                String::from_utf8_lossy(&lo.stdout).contains(",UP"),
+                "{r}: lo down"
+            );
+        }
+
+        let mut ends = vec![
+            (Role::Router, ROUTER_RX_DEV.to_string()),
+            (Role::Receiver, RECEIVER_DEV.to_string()),
+        ];
+        for i in 0..3 {
+            ends.push((Role::Sender(i), SENDER_DEV.to_string()));
+            ends.push((Role::Router, router_sender_dev(i)));
+        }
+        for (r, dev) in &ends {
+            let out = tb.exec(*r, &["ethtool", "-k", dev]).unwrap();
+            let k = String::from_utf8_lossy(&out.stdout);
+            for f in [
+                "tcp-segmentation-offload",
+                "generic-segmentation-offload",
+                "generic-receive-offload",
+            ] {
+                let line = k
+                    .lines()
+                    .find(|l| l.trim_start().starts_with(&format!("{f}:")))
+                    .unwrap_or_else(|| panic!("{r} {dev}: no {f} in {k}"));
+                assert!(line.contains(": off"), "{r} {dev}: {line}");
+            }
+            let link = tb.exec(*r, &["ip", "-o", "link", "show", dev]).unwrap();
+            let link = String::from_utf8_lossy(&link.stdout);
+            assert!(
+                link.contains("state UP") && link.contains("mtu 1500 "),
+                "{r}: {link}"
+            );
+        }
+
+        let specs: Vec<FlowSpec> = (0..3)
+            .map(|i| FlowSpec::new(i, "cubic", Duration::from_secs(1)))
+            .collect();
+        let res = iperf::spawn_flows(&tb, &specs).unwrap().wait().unwrap();
+        for (i, r) in res.iter().enumerate() {
+            eprintln!("sender {i}: {:.1} Mbit/s", r.goodput_bps / 1e6);
+            assert!(r.receiver_bytes > 0, "sender {i}: nothing received");
+        }
+        let stats = tb.bottleneck_stats().unwrap();
+        assert_eq!(stats.kind, "tbf");
+        assert!(stats.packets > 0);
+
+        let prefix = format!("{}-", tb.prefix);
+        let names: Vec<String> = roles.iter().map(|&r| tb.ns(r)).collect();
+        tb.destroy().unwrap();
+        let left: Vec<String> = list_netns()
+            .into_iter()
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        assert!(left.is_empty(), "left after destroy: {left:?}");
+        let live = cleanup::live();
+        assert!(names.iter().all(|n| !live.contains(n)), "still registered");
+    }
+
+    /// The qdisc scripts where the kernel has netem (the VM; skipped on the
+    /// host): ACK-path delay per sender, fq_codel under tbf, random loss via
+    /// ifb on the receiver's ingress, all doing their job in a flow.
+    #[test]
+    fn netem_loss_and_fq_codel_in_place() {
+        if !netem_available().unwrap() || !fq_codel_available().unwrap() {
+            eprintln!("skipped: needs netem and fq_codel (run inside the VM)");
+            return;
+        }
+        let rtt = Duration::from_millis(40);
+        let tb = Testbed::new(
+            TestbedConfig::new(20_000_000, 100_000)
+                .with_rtts(&[rtt, Duration::ZERO])
+                .with_loss(0.01)
+                .with_aqm(Aqm::FqCodel),
+        )
+        .unwrap();
+        let show = |role: Role, what: &[&str]| {
+            let out = tb.exec(role, what).unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let rt = show(Role::Router, &["tc", "qdisc", "show"]);
+        assert!(rt.contains("qdisc tbf 1: dev to_rx root"), "{rt}");
+        assert!(
+            rt.contains("qdisc fq_codel 10: dev to_rx parent 1:1"),
+            "{rt}"
+        );
+        assert!(
+            rt.contains("qdisc netem 1: dev to_s0 root") && rt.contains("delay 40ms"),
+            "{rt}"
+        );
+        assert!(!rt.contains("netem 1: dev to_s1"), "{rt}"); // zero RTT: no netem
+        let rx = show(Role::Receiver, &["tc", "qdisc", "show"]);
+        assert!(
+            rx.contains("dev ifb0 root") && rx.contains("loss 1%"),
+            "{rx}"
+        );
+        assert!(rx.contains("qdisc ingress ffff: dev eth0"), "{rx}");
+        let filter = show(
+            Role::Receiver,
+            &["tc", "filter", "show", "dev", "eth0", "parent", "ffff:"],
+        );
+        assert!(filter.contains("Redirect to device ifb0"), "{filter}");
+        let ifb = show(Role::Receiver, &["ip", "-o", "link", "show", "ifb0"]);
+        assert!(ifb.contains(",UP"), "{ifb}");
+
+        let r = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(3))).unwrap();
+        eprintln!(
+            "goodput {:.1} Mbit/s, retrans {}, min rtt {:?} us",
+            r.goodput_bps / 1e6,
+            r.retransmits,
+            r.min_rtt_us
+        );
+        assert!(
+            r.min_rtt_us.is_some_and(|us| us >= 40_000),
+            "{:?}",
+            r.min_rtt_us
+        );
+        assert!(r.retransmits > 0, "1% loss but no retransmission");
+        tb.destroy().unwrap();
+    }
+
+    /// Builds without validating `cfg` (to make a step fail on purpose);
+    /// returns the prefix too.
+    fn build_unvalidated(cfg: TestbedConfig) -> (String, Result<Testbed>) {
+        let prefix = next_prefix();
+        let mut tb = Testbed {
+            cfg,
+            prefix: prefix.clone(),
+            created: Vec::new(),
+            next_port: AtomicU16::new(5201),
+        };
+        (prefix, tb.build().map(|()| tb))
+    }
+
+    fn assert_all_gone(prefix: &str) {
+        let p = format!("{prefix}-");
+        let left: Vec<String> = list_netns()
+            .into_iter()
+            .filter(|n| n.starts_with(&p))
+            .collect();
+        assert!(left.is_empty(), "left after a failed build: {left:?}");
+        assert!(!cleanup::live().iter().any(|n| n.starts_with(&p)));
+    }
+
+    #[test]
+    fn failed_ip_batch_names_its_line_and_tears_down() {
+        let mut cfg = TestbedConfig::new(20_000_000, 100_000);
+        cfg.mtu = 70_000; // no veth takes that
+        let (prefix, r) = build_unvalidated(cfg);
+        let e = r.unwrap_err();
+        let msg = e.to_string();
+        eprintln!("{msg}");
+        assert!(
+            msg.contains("ip -batch - (line 4: link add to_rx mtu 70000"),
+            "{msg}"
+        );
+        assert_all_gone(&prefix);
+    }
+
+    #[test]
+    fn failed_tc_batch_names_its_line_and_tears_down() {
+        let mut cfg = TestbedConfig::new(20_000_000, 100_000);
+        cfg.rate_bps = 0; // tc refuses "rate 0bit"
+        let (prefix, r) = build_unvalidated(cfg);
+        let msg = r.unwrap_err().to_string();
+        eprintln!("{msg}");
+        assert!(
+            msg.contains(&format!("tc -n {prefix}-rt -batch -"))
+                && msg.contains("(line 1: qdisc add dev to_rx root handle 1: tbf rate 0bit"),
+            "{msg}"
+        );
+        assert_all_gone(&prefix);
+    }
+
+    #[test]
+    fn failed_ns_setup_names_namespace_and_step() {
+        let ns = ScratchNs::new().unwrap();
+        let mut s = NsSetup::new(&ns.0);
+        s.addrs
+            .push(("nodev0".into(), Ipv4Addr::new(198, 18, 0, 1), 24));
+        let msg = s.apply().unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!("namespace {}: looking up nodev0", ns.0)),
+            "{msg}"
+        );
+        let mut s = NsSetup::new(&ns.0);
+        s.gateway = Some(Ipv4Addr::new(198, 18, 0, 1)); // unreachable: no address
+        let msg = s.apply().unwrap_err().to_string();
+        assert!(
+            msg.contains("adding default route via 198.18.0.1 (RTM_NEWROUTE)"),
+            "{msg}"
+        );
+        let missing = NsSetup::new("ccctl-no-such-namespace").apply();
+        assert!(missing
+            .unwrap_err()
+            .to_string()
+            .contains("entering network namespace /run/netns/ccctl-no-such-namespace"),);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! Teardown of every live namespace on SIGINT/SIGTERM/SIGHUP.
 //!
-//! Every namespace the testbed creates is registered in [`LIVE`] (under the
-//! same lock as its `ip netns add`, so a cleanup never misses one that
-//! exists) and unregistered once deleted. The first namespace created
-//! installs, once, handlers for SIGINT, SIGTERM and SIGHUP *whose current
-//! disposition is `SIG_DFL`*. The handler only writes the signal number to a
+//! Every namespace the testbed creates is registered in [`LIVE`] before the
+//! `ip -batch` that creates it runs, with the lock held until that batch is
+//! done (so a cleanup never misses one that exists), and unregistered once
+//! it no longer exists. The first namespaces created install, once,
+//! handlers for SIGINT, SIGTERM and SIGHUP *whose current disposition is
+//! `SIG_DFL`*. The handler only writes the signal number to a
 //! self-pipe; a dedicated thread reads it, tears down every registered
 //! namespace exactly as `Drop` does (kill the processes inside, then delete),
 //! refuses further namespaces, and re-raises the signal with the default
@@ -22,7 +23,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 use std::thread;
 use std::time::Duration;
 
-use super::{destroy_netns, ip, Error, Result};
+use super::{destroy_netns_all, netns_exists, Error, Result};
 
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
@@ -36,33 +37,42 @@ static PIPE_W: AtomicI32 = AtomicI32::new(-1);
 /// write to our pipe).
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-fn live() -> MutexGuard<'static, BTreeSet<String>> {
+pub(super) fn live() -> MutexGuard<'static, BTreeSet<String>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `ip netns add <name>` and registration, atomic with respect to cleanup.
-pub(super) fn add_netns(name: &str) -> Result<()> {
+/// Registers `names`, then runs `create` (the batch that creates those
+/// namespaces), all under the registry lock: a signal cleanup either ran
+/// before (and creation is refused) or waits for `create` and then sees
+/// every name. If `create` fails the names stay registered, as some of the
+/// namespaces may exist by then; deleting the others is a quiet no-op.
+pub(super) fn create_netns<T>(names: &[String], create: impl FnOnce() -> Result<T>) -> Result<T> {
     install_signal_cleanup();
     let mut live = live();
     if TERMINATING.load(Ordering::SeqCst) {
         return Err(Error::Io {
-            what: format!("creating namespace {name}"),
+            what: format!("creating namespaces {}", names.join(" ")),
             source: std::io::Error::new(
                 std::io::ErrorKind::Interrupted,
                 "the process is terminating on a signal",
             ),
         });
     }
-    ip(&["netns", "add", name])?;
-    live.insert(name.to_string());
-    Ok(())
+    live.extend(names.iter().cloned());
+    create()
 }
 
-/// Destroys `name` (quietly if it is already gone) and unregisters it.
-pub(super) fn del_netns(name: &str) -> Result<()> {
-    destroy_netns(name)?;
-    live().remove(name);
-    Ok(())
+/// Destroys `names` (quietly for those already gone or never created) and
+/// unregisters every one that no longer exists.
+pub(super) fn del_netns(names: &[String]) -> Result<()> {
+    let res = destroy_netns_all(names);
+    let mut live = live();
+    for n in names {
+        if !netns_exists(n) {
+            live.remove(n);
+        }
+    }
+    res
 }
 
 /// Tears down every namespace this process has created and not yet deleted
@@ -81,15 +91,12 @@ pub fn cleanup_all() -> Vec<String> {
 
 fn teardown_locked(live: &mut BTreeSet<String>) -> Vec<String> {
     let names: Vec<String> = live.iter().rev().cloned().collect();
-    let mut removed = Vec::new();
-    for ns in names {
-        match destroy_netns(&ns) {
-            Ok(()) => {
-                live.remove(&ns);
-                removed.push(ns);
-            }
-            Err(e) => tracing::warn!(ns = %ns, error = %e, "namespace cleanup failed"),
-        }
+    if let Err(e) = destroy_netns_all(&names) {
+        tracing::warn!(error = %e, "namespace cleanup failed");
+    }
+    let removed: Vec<String> = names.into_iter().filter(|n| !netns_exists(n)).collect();
+    for n in &removed {
+        live.remove(n);
     }
     removed
 }
@@ -207,7 +214,9 @@ fn signal_thread(rd: libc::c_int) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{list_netns, netns_pids, next_prefix, Role, Testbed, TestbedConfig};
+    use super::super::{
+        destroy_netns, ip, list_netns, netns_pids, next_prefix, Role, Testbed, TestbedConfig,
+    };
     use super::*;
     use std::io::{BufRead, BufReader, Read};
     use std::os::unix::process::ExitStatusExt;
@@ -361,7 +370,8 @@ mod tests {
     #[test]
     fn double_delete_is_quiet() {
         let name = format!("{}-dbl", next_prefix());
-        add_netns(&name).unwrap();
+        let names = [name.clone()];
+        create_netns(&names, || ip(&["netns", "add", &name])).unwrap();
         assert!(live().contains(&name));
         // The signal thread and a Drop racing on the same namespace.
         let a = {
@@ -371,7 +381,7 @@ mod tests {
         let b = destroy_netns(&name);
         let a = a.join().unwrap();
         assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
-        del_netns(&name).unwrap();
+        del_netns(&names).unwrap();
         assert!(!live().contains(&name));
         assert!(!list_netns().contains(&name));
     }

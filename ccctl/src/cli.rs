@@ -1,5 +1,6 @@
 //! The `ccctl` command line.
 mod lab;
+mod trace;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -37,6 +38,8 @@ pub enum Command {
     /// Experiments on a namespace dumbbell: throughput, delay, retransmissions, fairness, harm.
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// Per-ACK events of the loaded algorithms into Parquet, CSV or a live per-flow table.
+    Trace(trace::TraceArgs),
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +75,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::List(args) => list(args),
         Command::Status(args) => status(args),
         Command::Lab(cmd) => lab::run(cmd, cli.verbose),
+        Command::Trace(args) => trace::run(args),
     }
 }
 

@@ -52,6 +52,16 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    #[error("{algo}: parameter `{param}`: {message}")]
+    InvalidParam {
+        algo: String,
+        param: String,
+        message: String,
+    },
+
+    #[error("{algo} is not loaded; load it first with `ccctl load {algo}`")]
+    NotLoaded { algo: String },
+
     #[error("{what}: {source}")]
     Bpf {
         what: String,

@@ -1,0 +1,268 @@
+//! One ring-buffer sample: decoding `struct ccctl_event` (the layout comes
+//! from bindgen, see [`crate::abi`]) and naming its enumerations.
+use std::net::Ipv4Addr;
+
+use crate::abi;
+
+/// Size of one event as the BPF side writes it.
+pub const EVENT_SIZE: usize = std::mem::size_of::<abi::ccctl_event>();
+const _: () = assert!(EVENT_SIZE == abi::CCCTL_EVENT_SIZE as usize);
+
+const AF_INET6: u16 = libc::AF_INET6 as u16;
+
+/// A sample shorter than `struct ccctl_event`: the BPF objects and this
+/// binary disagree on the ABI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("ring-buffer sample of {len} bytes, expected at least {EVENT_SIZE} (struct ccctl_event)")]
+pub struct ShortSample {
+    pub len: usize,
+}
+
+/// Decode one ring-buffer sample. Longer samples are accepted (a newer BPF
+/// side may append fields); shorter ones are rejected.
+#[inline]
+pub fn decode(sample: &[u8]) -> Result<abi::ccctl_event, ShortSample> {
+    if sample.len() < EVENT_SIZE {
+        return Err(ShortSample { len: sample.len() });
+    }
+    // SAFETY: the slice holds at least size_of::<ccctl_event>() bytes, every
+    // bit pattern is a valid ccctl_event (plain integers), and
+    // read_unaligned makes no alignment assumption.
+    Ok(unsafe { std::ptr::read_unaligned(sample.as_ptr().cast::<abi::ccctl_event>()) })
+}
+
+/// The raw bytes of an event, as the BPF side would have written them
+/// (synthetic events for tests and the benchmark).
+pub fn to_bytes(ev: &abi::ccctl_event) -> [u8; EVENT_SIZE] {
+    // SAFETY: ccctl_event is plain old data of exactly EVENT_SIZE bytes with
+    // no implicit padding (the header says so and bindgen's layout tests
+    // check the offsets).
+    unsafe { std::mem::transmute_copy(ev) }
+}
+
+/// An address field (network order, as stored by the kernel) as an IPv4 address.
+#[inline]
+pub fn ipv4(addr_be: u32) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from_be(addr_be))
+}
+
+/// An address as written in traces: `a.b.c.d`, or empty for an IPv6 flow
+/// (the event carries IPv4 addresses only; IPv4-mapped IPv6 sockets do have one).
+pub fn addr_string(family: u16, addr_be: u32) -> String {
+    if family == AF_INET6 && addr_be == 0 {
+        String::new()
+    } else {
+        ipv4(addr_be).to_string()
+    }
+}
+
+/// Every algorithm that can emit events, by its `CCCTL_ALGO_*` id, with the
+/// name the kernel registers it under.
+pub static ALGO_IDS: &[(u32, &str)] = &[
+    (abi::CCCTL_ALGO_BBR, "bpf_bbr"),
+    (abi::CCCTL_ALGO_MODEST_BBR, "modest_bbr"),
+    (abi::CCCTL_ALGO_PATCHED_BBR, "patched_bbr"),
+    (abi::CCCTL_ALGO_DSTAR, "dstar"),
+];
+
+/// Kernel name of an algorithm id (`bpf_bbr`), or `unknown`.
+#[inline]
+pub fn algo_name(id: u8) -> &'static str {
+    ALGO_IDS
+        .iter()
+        .find(|(i, _)| *i == id as u32)
+        .map(|(_, n)| *n)
+        .unwrap_or("unknown")
+}
+
+/// The `CCCTL_ALGO_*` id of an algorithm named on the command line: its
+/// kernel name (`bpf_bbr`, `modest_bbr`) or, for one built into this binary,
+/// its `ccctl` name (`bbr`).
+pub fn algo_id(name: &str) -> Option<u32> {
+    let kernel_name = crate::algos::ALGORITHMS
+        .iter()
+        .find(|a| a.name == name)
+        .map(|a| a.kernel_name)
+        .unwrap_or(name);
+    ALGO_IDS
+        .iter()
+        .find(|(_, n)| *n == kernel_name || n.replace('_', "-") == kernel_name)
+        .map(|(id, _)| *id)
+}
+
+/// The names `algo_id` accepts, for error messages: `bbr (bpf_bbr), modest_bbr, ...`.
+pub fn algo_choices() -> String {
+    ALGO_IDS
+        .iter()
+        .map(|(_, kn)| {
+            match crate::algos::ALGORITHMS
+                .iter()
+                .find(|a| a.kernel_name == *kn)
+            {
+                Some(a) if a.name != *kn => format!("{} ({kn})", a.name),
+                _ => kn.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Does this algorithm report BBR-family state (mode, gains, bandwidth)?
+pub fn is_bbr_family(algo: u8) -> bool {
+    matches!(
+        algo as u32,
+        abi::CCCTL_ALGO_BBR | abi::CCCTL_ALGO_MODEST_BBR | abi::CCCTL_ALGO_PATCHED_BBR
+    )
+}
+
+/// `CCCTL_BBR_*` as a name.
+#[inline]
+pub fn bbr_mode_name(mode: u8) -> &'static str {
+    match mode as u32 {
+        abi::CCCTL_BBR_STARTUP => "startup",
+        abi::CCCTL_BBR_DRAIN => "drain",
+        abi::CCCTL_BBR_PROBE_BW => "probe_bw",
+        abi::CCCTL_BBR_PROBE_RTT => "probe_rtt",
+        _ => "unknown",
+    }
+}
+
+/// `CCCTL_MODEST_*` as a name.
+#[inline]
+pub fn modest_phase_name(phase: u8) -> &'static str {
+    match phase as u32 {
+        abi::CCCTL_MODEST_INACTIVE => "inactive",
+        abi::CCCTL_MODEST_BINARY => "binary",
+        abi::CCCTL_MODEST_LINEAR => "linear",
+        _ => "unknown",
+    }
+}
+
+/// The kernel's `TCP_CA_*` state as a name.
+#[inline]
+pub fn ca_state_name(state: u8) -> &'static str {
+    match state {
+        0 => "open",
+        1 => "disorder",
+        2 => "cwr",
+        3 => "recovery",
+        4 => "loss",
+        _ => "unknown",
+    }
+}
+
+/// A gain in `CCCTL_GAIN_UNIT` fixed point as a factor.
+#[inline]
+pub fn gain(fp: u32) -> f64 {
+    fp as f64 / abi::CCCTL_GAIN_UNIT as f64
+}
+
+/// Patched BBR's theta (x 65536) as a number.
+#[inline]
+pub fn theta(fp: i64) -> f64 {
+    fp as f64 / 65536.0
+}
+
+/// Bytes/s as bit/s; `u64::MAX` (saturated) for "unlimited" (`~0UL` pacing).
+#[inline]
+pub fn bits_per_s(bytes_per_s: u64) -> u64 {
+    bytes_per_s.saturating_mul(8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_event() -> abi::ccctl_event {
+        abi::ccctl_event {
+            ts_ns: 123_456_789_000,
+            flow_id: 7,
+            saddr: u32::from(Ipv4Addr::new(10, 0, 0, 1)).to_be(),
+            daddr: u32::from(Ipv4Addr::new(10, 0, 1, 2)).to_be(),
+            sport: 40_000,
+            dport: 5201,
+            family: libc::AF_INET as u16,
+            algo: abi::CCCTL_ALGO_BBR as u8,
+            ca_state: 3,
+            cwnd: 120,
+            ssthresh: 0x7fff_ffff,
+            pacing_rate: 1_250_000,
+            delivery_rate: 1_000_000,
+            mss: 1448,
+            srtt_us: 40_500,
+            min_rtt_us: 40_000,
+            in_flight: 100,
+            delivered: 10_000,
+            lost: 12,
+            total_retrans: 13,
+            param_version: 2,
+            bbr_mode: abi::CCCTL_BBR_PROBE_BW as u8,
+            modest_phase: abi::CCCTL_MODEST_BINARY as u8,
+            pacing_gain: 320,
+            cwnd_gain: 512,
+            btl_bw: 1_200_000,
+            min_win: 80,
+            max_win: 160,
+            last_cwnd: 119,
+            theta_fp: -98_304,
+            dstar: [1, 2, 3, 4],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn decodes_a_hand_built_event() {
+        let ev = sample_event();
+        let bytes = to_bytes(&ev);
+        assert_eq!(bytes.len(), 152);
+        // Offsets from the header, checked independently of bindgen.
+        assert_eq!(&bytes[0..8], &123_456_789_000u64.to_ne_bytes());
+        assert_eq!(&bytes[16..20], &[10, 0, 0, 1]);
+        assert_eq!(bytes[30], abi::CCCTL_ALGO_BBR as u8);
+        assert_eq!(&bytes[104..112], &1_200_000u64.to_ne_bytes());
+        assert_eq!(&bytes[128..136], &(-98_304i64).to_ne_bytes());
+        assert_eq!(&bytes[148..152], &4u32.to_ne_bytes());
+        // Unaligned, and with a longer sample (appended fields are ignored).
+        let mut buf = vec![0u8; 1];
+        buf.extend_from_slice(&bytes);
+        buf.extend_from_slice(&[0xff; 8]);
+        let d = decode(&buf[1..]).expect("decodes");
+        assert_eq!(d.ts_ns, 123_456_789_000);
+        assert_eq!(d.flow_id, 7);
+        assert_eq!(ipv4(d.saddr), Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(addr_string(d.family, d.daddr), "10.0.1.2");
+        assert_eq!((d.sport, d.dport), (40_000, 5201));
+        assert_eq!(algo_name(d.algo), "bpf_bbr");
+        assert_eq!(ca_state_name(d.ca_state), "recovery");
+        assert_eq!(bbr_mode_name(d.bbr_mode), "probe_bw");
+        assert_eq!(modest_phase_name(d.modest_phase), "binary");
+        assert_eq!(gain(d.pacing_gain), 1.25);
+        assert_eq!(gain(d.cwnd_gain), 2.0);
+        assert_eq!(theta(d.theta_fp), -1.5);
+        assert_eq!(bits_per_s(d.pacing_rate), 10_000_000);
+        assert_eq!(bits_per_s(u64::MAX), u64::MAX);
+        assert_eq!(d.dstar, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn rejects_short_samples() {
+        let bytes = to_bytes(&sample_event());
+        assert_eq!(decode(&bytes[..151]).err(), Some(ShortSample { len: 151 }));
+        assert_eq!(decode(&[]).err(), Some(ShortSample { len: 0 }));
+        let msg = decode(&bytes[..8]).unwrap_err().to_string();
+        assert!(msg.contains("8 bytes") && msg.contains("152"), "{msg}");
+    }
+
+    #[test]
+    fn names_algorithms() {
+        assert_eq!(algo_id("bbr"), Some(abi::CCCTL_ALGO_BBR));
+        assert_eq!(algo_id("bpf_bbr"), Some(abi::CCCTL_ALGO_BBR));
+        assert_eq!(algo_id("modest_bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
+        assert_eq!(algo_id("modest-bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
+        assert_eq!(algo_id("dstar"), Some(abi::CCCTL_ALGO_DSTAR));
+        assert_eq!(algo_id("cubic"), None);
+        assert_eq!(algo_name(0), "unknown");
+        assert!(algo_choices().starts_with("bbr (bpf_bbr), modest_bbr"));
+        assert_eq!(addr_string(AF_INET6, 0), "");
+    }
+}

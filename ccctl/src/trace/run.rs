@@ -1,0 +1,488 @@
+//! A trace session: enable, consume, stop, disable, drain, finish.
+use std::{
+    cell::RefCell,
+    io::{ErrorKind, IsTerminal, Write},
+    os::fd::{AsRawFd, RawFd},
+    path::PathBuf,
+    rc::Rc,
+    time::Duration,
+};
+
+use anyhow::{anyhow, Context, Result};
+use libbpf_rs::{RingBuffer, RingBufferBuilder};
+use tokio::{
+    io::{unix::AsyncFd, Interest},
+    signal::unix::{signal, SignalKind},
+    time::Instant,
+};
+
+use super::{
+    event,
+    follow::FollowTable,
+    sink::{CsvSink, ParquetSink, Sink, TraceMeta},
+    Filter, SharedMaps, TraceError, TraceLock,
+};
+use crate::abi;
+
+/// Events taken from the ring per `consume` call, so that signals and the
+/// deadline are noticed even when the ring never runs empty.
+const CONSUME_BATCH: usize = 16_384;
+/// How often the ring is drained even without a wakeup, and how often the
+/// stop conditions are checked at the latest.
+const TICK: Duration = Duration::from_millis(100);
+/// After tracing is switched off, events reserved just before are still
+/// being filled in; they are committed within microseconds.
+const GRACE: Duration = Duration::from_millis(20);
+
+/// Where events go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Parquet(PathBuf),
+    Csv(PathBuf),
+    /// A live per-flow table on stdout, every second.
+    Follow,
+}
+
+#[derive(Debug, Clone)]
+pub struct TraceOptions {
+    pub filter: Filter,
+    pub output: Output,
+    /// Stop after this long; `None`: at SIGINT, SIGTERM or SIGHUP.
+    pub duration: Option<Duration>,
+    /// Tests: sleep this long after enabling tracing before consuming
+    /// anything, so that the ring overflows.
+    pub stall: Option<Duration>,
+    /// Say on stderr what is being traced once tracing is on.
+    pub announce: bool,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Duration,
+    Signal(i32),
+    /// `--follow` output went to a pipe that was closed.
+    OutputClosed,
+}
+
+#[derive(Debug, Clone)]
+pub struct TraceSummary {
+    /// Events written to the file (or shown, with `--follow`).
+    pub events_written: u64,
+    /// Events the BPF side could not reserve room for while we traced.
+    pub events_dropped: u64,
+    /// Samples too short to be an event (an ABI mismatch).
+    pub malformed: u64,
+    pub stop: Stop,
+}
+
+/// Run one session: open the shared maps, take the tracing lock, trace.
+pub fn run(opts: TraceOptions) -> Result<TraceSummary> {
+    let maps = SharedMaps::open()?;
+    let _lock = TraceLock::acquire()?;
+    run_with(&maps, opts)
+}
+
+/// Run one session on maps already opened, by a caller holding the
+/// [`TraceLock`]. Whatever happens, tracing is switched off again before
+/// this returns, and a file being written is left readable.
+pub fn run_with(maps: &SharedMaps, opts: TraceOptions) -> Result<TraceSummary> {
+    let meta = TraceMeta::now(opts.filter.to_json());
+    // The output first: a bad path fails before anything is switched on.
+    let target = match &opts.output {
+        Output::Parquet(p) => Target::Sink(Box::new(ParquetSink::create(p, meta)?)),
+        Output::Csv(p) => Target::Sink(Box::new(CsvSink::create(p)?)),
+        Output::Follow => Target::Follow(FollowTable::default()),
+    };
+    let consumer = Rc::new(RefCell::new(Consumer::new(target)));
+    let _sigpipe = SigpipeIgnored::new();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let end = rt.block_on(session(maps, consumer.clone(), &opts));
+
+    let consumer = Rc::try_unwrap(consumer)
+        .map_err(|_| anyhow!("the ring-buffer callback outlived the session"))?
+        .into_inner();
+    let malformed = consumer.malformed;
+    let (written, finished) = match (consumer.target, &end.dropped) {
+        (Target::Sink(sink), Ok(dropped)) => {
+            let written = sink.written();
+            (written, sink.finish(*dropped).map(|_| ()))
+        }
+        // Without the drop count, the file is closed as incomplete (Drop).
+        (Target::Sink(sink), Err(_)) => (sink.written(), Ok(())),
+        (Target::Follow(table), _) => (table.total(), Ok(())),
+    };
+    let stop = end.stop?;
+    let dropped = end.dropped?;
+    finished?;
+    if malformed > 0 {
+        tracing::warn!(
+            "{malformed} ring-buffer samples were shorter than struct ccctl_event ({} bytes) and \
+             were skipped: the loaded BPF objects and this binary disagree on the ABI",
+            event::EVENT_SIZE
+        );
+    }
+    Ok(TraceSummary {
+        events_written: written,
+        events_dropped: dropped,
+        malformed,
+        stop,
+    })
+}
+
+pub(crate) enum Target {
+    Sink(Box<dyn Sink>),
+    Follow(FollowTable),
+}
+
+/// What the ring-buffer callback feeds.
+pub(crate) struct Consumer {
+    pub(crate) target: Target,
+    pub(crate) malformed: u64,
+    /// The sink's first error; the callback then stops the consume call.
+    pub(crate) error: Option<anyhow::Error>,
+}
+
+impl Consumer {
+    pub(crate) fn new(target: Target) -> Consumer {
+        Consumer {
+            target,
+            malformed: 0,
+            error: None,
+        }
+    }
+
+    /// One ring-buffer sample, as libbpf hands it over; non-zero stops
+    /// the `consume` in progress.
+    #[inline]
+    pub(crate) fn on_sample(&mut self, data: &[u8]) -> i32 {
+        let Ok(ev) = event::decode(data) else {
+            self.malformed += 1;
+            return 0;
+        };
+        match &mut self.target {
+            Target::Sink(sink) => {
+                if let Err(e) = sink.push(&ev) {
+                    self.error = Some(e);
+                    return -libc::ECANCELED;
+                }
+            }
+            Target::Follow(table) => table.push(&ev),
+        }
+        0
+    }
+}
+
+struct SessionEnd {
+    stop: Result<Stop>,
+    dropped: Result<u64>,
+}
+
+async fn session(
+    maps: &SharedMaps,
+    consumer: Rc<RefCell<Consumer>>,
+    opts: &TraceOptions,
+) -> SessionEnd {
+    let failed = |e: anyhow::Error| SessionEnd {
+        stop: Err(e),
+        dropped: Err(anyhow!("tracing never started")),
+    };
+    // Everything that can fail before tracing is switched on.
+    let signals = match Signals::new() {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
+    let baseline = match maps.drops() {
+        Ok(d) => d,
+        Err(e) => return failed(e.into()),
+    };
+    match maps.read_cfg() {
+        Ok(prev) if prev.enabled != 0 => tracing::warn!(
+            "tracing was left on by session {} (killed before it could switch it off); taking over",
+            prev.session
+        ),
+        Ok(_) => {}
+        Err(e) => return failed(e.into()),
+    }
+    let rb = {
+        let c = consumer.clone();
+        let mut b = RingBufferBuilder::new();
+        let built = b
+            .add(&maps.events, move |data: &[u8]| {
+                c.borrow_mut().on_sample(data)
+            })
+            .map(|_| ())
+            .and_then(|()| b.build());
+        match built {
+            Ok(rb) => rb,
+            Err(e) => {
+                return failed(anyhow::Error::new(e).context(format!(
+                    "opening the ring buffer {}",
+                    maps.dir().join(super::maps::EVENTS).display()
+                )))
+            }
+        }
+    };
+    // SAFETY: EpollFd borrows the ring buffer, so the descriptor it names
+    // stays open and the same for as long as the AsyncFd exists.
+    let afd = match unsafe { AsyncFd::register_with_interest(EpollFd(&rb), Interest::READABLE) } {
+        Ok(a) => a,
+        Err(e) => {
+            return failed(anyhow::Error::new(e.into_parts().1).context("watching the ring buffer"))
+        }
+    };
+
+    let cfg = opts.filter.cfg(std::process::id() as u64);
+    let mut guard = match CfgGuard::enable(maps, &cfg) {
+        Ok(g) => g,
+        Err(e) => return failed(e.into()),
+    };
+    if opts.announce {
+        announce(opts);
+    }
+
+    let stop = consume_until_stop(maps, &rb, &afd, &consumer, signals, opts, baseline).await;
+
+    // Off first, then what is left in the ring, then the drop count.
+    let disabled = guard.disable();
+    let drained = drain(&rb, &consumer).await;
+    drop(afd);
+    drop(rb);
+    let dropped = maps
+        .drops()
+        .map(|now| now.saturating_sub(baseline))
+        .map_err(anyhow::Error::from);
+    let stop = match (stop, disabled, drained) {
+        (Err(e), _, _) => Err(e),
+        (Ok(_), Err(e), _) => Err(e.into()),
+        (Ok(_), Ok(()), Err(e)) => Err(e),
+        (Ok(s), Ok(()), Ok(())) => Ok(s),
+    };
+    SessionEnd { stop, dropped }
+}
+
+async fn consume_until_stop(
+    maps: &SharedMaps,
+    rb: &RingBuffer<'_>,
+    afd: &AsyncFd<EpollFd<'_>>,
+    consumer: &RefCell<Consumer>,
+    mut signals: Signals,
+    opts: &TraceOptions,
+    baseline: u64,
+) -> Result<Stop> {
+    let started = Instant::now();
+    // A deadline decades away stands for "none".
+    let deadline = started
+        + opts
+            .duration
+            .unwrap_or(Duration::from_secs(86_400 * 365 * 30));
+    if let Some(stall) = opts.stall {
+        tokio::select! {
+            sig = signals.recv() => return Ok(Stop::Signal(sig)),
+            _ = tokio::time::sleep(stall) => {}
+        }
+    }
+    let follow = matches!(opts.output, Output::Follow);
+    let tty = std::io::stdout().is_terminal();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_render = Instant::now();
+    loop {
+        tokio::select! {
+            sig = signals.recv() => return Ok(Stop::Signal(sig)),
+            _ = tokio::time::sleep_until(deadline) => return Ok(Stop::Duration),
+            ready = afd.readable() => {
+                let mut guard = ready.context("waiting on the ring buffer")?;
+                // A full batch means there may be more: stay ready.
+                if consume(rb, consumer)? < CONSUME_BATCH {
+                    guard.clear_ready();
+                }
+            }
+            _ = tick.tick() => {
+                consume(rb, consumer)?;
+                if follow && last_render.elapsed() >= Duration::from_secs(1) {
+                    let elapsed = last_render.elapsed();
+                    last_render = Instant::now();
+                    let dropped = maps.drops()?.saturating_sub(baseline);
+                    let text = match &mut consumer.borrow_mut().target {
+                        Target::Follow(table) => table.render(elapsed, dropped),
+                        Target::Sink(_) => String::new(),
+                    };
+                    if !print_table(&text, tty)? {
+                        return Ok(Stop::OutputClosed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Print a table; false when stdout is a closed pipe.
+fn print_table(text: &str, tty: bool) -> Result<bool> {
+    let mut out = std::io::stdout().lock();
+    let written = if tty {
+        // Home, clear screen.
+        write!(out, "\x1b[H\x1b[2J{text}")
+    } else {
+        writeln!(out, "{text}")
+    }
+    .and_then(|()| out.flush());
+    match written {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+    }
+}
+
+/// Take up to a batch of events from the ring; how many were taken.
+fn consume(rb: &RingBuffer<'_>, consumer: &RefCell<Consumer>) -> Result<usize> {
+    let n = rb.consume_raw_n(CONSUME_BATCH);
+    if let Some(e) = consumer.borrow_mut().error.take() {
+        return Err(e);
+    }
+    if n < 0 {
+        return Err(anyhow::Error::new(std::io::Error::from_raw_os_error(-n))
+            .context("reading the trace ring buffer"));
+    }
+    Ok(n as usize)
+}
+
+/// Everything committed so far, then, after a grace period, what was
+/// reserved before tracing went off. Bounded, in case a BPF object ignores
+/// `trace_cfg`.
+async fn drain(rb: &RingBuffer<'_>, consumer: &RefCell<Consumer>) -> Result<()> {
+    const MAX_BATCHES: usize = 1024;
+    for _ in 0..MAX_BATCHES {
+        if consume(rb, consumer)? < CONSUME_BATCH {
+            break;
+        }
+    }
+    tokio::time::sleep(GRACE).await;
+    for _ in 0..MAX_BATCHES {
+        if consume(rb, consumer)? < CONSUME_BATCH {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn announce(opts: &TraceOptions) {
+    let f = &opts.filter;
+    let mut what = if f.algos.is_empty() {
+        "every ccctl algorithm".to_string()
+    } else {
+        f.algos.join(", ")
+    };
+    if let Some(p) = f.port {
+        what += &format!(", port {p}");
+    }
+    if f.sample_every > 1 {
+        what += &format!(", every {}th ACK", f.sample_every);
+    }
+    if f.once_per_rtt {
+        what += ", once per round trip";
+    }
+    let into = match &opts.output {
+        Output::Parquet(p) | Output::Csv(p) => format!(" into {}", p.display()),
+        Output::Follow => String::new(),
+    };
+    let until = match opts.duration {
+        Some(d) => format!("for {}", crate::units::Span(d)),
+        None => "until Ctrl-C".to_string(),
+    };
+    eprintln!("ccctl trace: tracing {what}{into} {until}");
+}
+
+/// `trace_cfg` switched on; switched off again on drop (unwinding too) if
+/// [`CfgGuard::disable`] was not called.
+struct CfgGuard<'a> {
+    maps: &'a SharedMaps,
+    armed: bool,
+}
+
+impl<'a> CfgGuard<'a> {
+    fn enable(
+        maps: &'a SharedMaps,
+        cfg: &abi::ccctl_trace_cfg,
+    ) -> Result<CfgGuard<'a>, TraceError> {
+        maps.write_cfg(cfg)?;
+        Ok(CfgGuard { maps, armed: true })
+    }
+
+    fn disable(&mut self) -> Result<(), TraceError> {
+        self.armed = false;
+        self.maps.write_cfg(&abi::ccctl_trace_cfg::default())
+    }
+}
+
+impl Drop for CfgGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = self.disable() {
+                tracing::error!("switching tracing off: {e}");
+            }
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP end a session (a closed terminal must not
+/// leave tracing on). Once registered, tokio keeps handling them for the
+/// life of the process, so a second Ctrl-C cannot cut the finish short.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals> {
+        let sig = |kind: SignalKind| signal(kind).context("installing signal handlers");
+        Ok(Signals {
+            int: sig(SignalKind::interrupt())?,
+            term: sig(SignalKind::terminate())?,
+            hup: sig(SignalKind::hangup())?,
+        })
+    }
+
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+/// The ring buffer's epoll descriptor, which the [`RingBuffer`] owns.
+struct EpollFd<'a>(&'a RingBuffer<'a>);
+
+impl AsRawFd for EpollFd<'_> {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.epoll_fd()
+    }
+}
+
+/// `ccctl` restores SIGPIPE's default action (die quietly, like other CLI
+/// tools); a tracer must not die without switching tracing off, so while a
+/// session runs a closed stdout is an error (`--follow | head` ends the
+/// session) rather than death.
+struct SigpipeIgnored(libc::sighandler_t);
+
+impl SigpipeIgnored {
+    fn new() -> SigpipeIgnored {
+        // SAFETY: changing a signal disposition; restored on drop.
+        SigpipeIgnored(unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) })
+    }
+}
+
+impl Drop for SigpipeIgnored {
+    fn drop(&mut self) {
+        if self.0 != libc::SIG_ERR {
+            // SAFETY: restoring the disposition found at creation.
+            unsafe { libc::signal(libc::SIGPIPE, self.0) };
+        }
+    }
+}

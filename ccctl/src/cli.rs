@@ -40,6 +40,29 @@ pub enum Command {
     Lab(lab::LabCommand),
     /// Per-ACK events of the loaded algorithms into Parquet, CSV or a live per-flow table.
     Trace(trace::TraceArgs),
+    /// Load, tune and trace from a config file; SIGHUP reloads it, SIGTERM cleans up.
+    Daemon(DaemonArgs),
+    /// Benchmark: synthetic events through the trace decoder and Parquet writer.
+    #[command(hide = true)]
+    TraceBench(TraceBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// Configuration file (see examples/daemon.toml).
+    #[arg(long, default_value = "/etc/ccctl/daemon.toml")]
+    pub config: std::path::PathBuf,
+    /// Lock file (default /run/ccctl/daemon.lock).
+    #[arg(long, hide = true)]
+    pub lock: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceBenchArgs {
+    #[arg(long, default_value_t = 5_000_000)]
+    pub events: usize,
+    #[arg(long)]
+    pub out: std::path::PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -76,6 +99,20 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Status(args) => status(args),
         Command::Lab(cmd) => lab::run(cmd, cli.verbose),
         Command::Trace(args) => trace::run(args),
+        Command::Daemon(args) => crate::daemon::run(crate::daemon::DaemonOptions {
+            config: args.config,
+            lock: args.lock,
+        }),
+        Command::TraceBench(args) => {
+            let rate = crate::trace::bench::consumer_rate(args.events, &args.out)?;
+            println!(
+                "consumer: {} events through decode + Parquet in {:.2} s: {:.2} M events/s",
+                args.events,
+                args.events as f64 / rate,
+                rate / 1e6
+            );
+            Ok(())
+        }
     }
 }
 

@@ -12,6 +12,7 @@ pub mod diag;
 pub mod error;
 pub mod iperf;
 pub mod kernel;
+pub mod daemon;
 pub mod lab;
 pub mod loader;
 pub mod logging;

@@ -1,5 +1,6 @@
 //! `cargo xtask`: developer tasks for ccctl.
 
+mod bench;
 mod demo;
 mod proc;
 mod setup;
@@ -33,8 +34,10 @@ enum Cmd {
     Vm(vm::VmArgs),
     /// Build ccctl and run every test: host tests, then VM tests in one VM boot
     Test(test::TestArgs),
-    /// Load bpf_bbr with ccctl and run an iperf3 flow through a namespace testbed
+    /// The main job: `ccctl lab run scenarios/bbr-vs-cubic.toml` on the namespace testbed
     Demo,
+    /// Benchmarks (release build): datapath and tracing cost against native bbr, trace consumer rate
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Cmd::Vm(args) => vm::main(args),
         Cmd::Test(args) => test::main(args),
         Cmd::Demo => demo::main(),
+        Cmd::Bench(args) => bench::main(args),
     };
     let code = match res {
         Ok(code) => code,

@@ -79,6 +79,7 @@ impl TraceArgs {
             duration,
             stall: self.stall_ms.map(Duration::from_millis),
             announce: true,
+            stop: None,
         })
     }
 }

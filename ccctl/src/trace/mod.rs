@@ -24,7 +24,7 @@ use crate::abi;
 
 pub use lock::TraceLock;
 pub use maps::SharedMaps;
-pub use run::{run, Output, Stop, TraceOptions, TraceSummary};
+pub use run::{run, run_with, Output, Stop, TraceOptions, TraceSummary};
 
 /// Why a trace session could not start; nothing was changed.
 #[derive(Debug, thiserror::Error)]

@@ -41,6 +41,13 @@ pub enum Output {
     Csv(PathBuf),
     /// A live per-flow table on stdout, every second.
     Follow,
+    /// Parquet files rotated by size and age (the daemon).
+    Rotating {
+        dir: PathBuf,
+        prefix: String,
+        max_bytes: u64,
+        max_age: Duration,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -54,6 +61,10 @@ pub struct TraceOptions {
     pub stall: Option<Duration>,
     /// Say on stderr what is being traced once tracing is on.
     pub announce: bool,
+    /// Set by an embedding program (daemon, lab) to end the session; seen
+    /// within one tick (100 ms). With it, the session installs no signal
+    /// handlers: the embedding program owns SIGINT, SIGTERM and SIGHUP.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Why a session ended.
@@ -61,6 +72,8 @@ pub struct TraceOptions {
 pub enum Stop {
     Duration,
     Signal(i32),
+    /// The embedding program asked ([`TraceOptions::stop`]).
+    Requested,
     /// `--follow` output went to a pipe that was closed.
     OutputClosed,
 }
@@ -93,6 +106,24 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions) -> Result<TraceSummary> {
         Output::Parquet(p) => Target::Sink(Box::new(ParquetSink::create(p, meta)?)),
         Output::Csv(p) => Target::Sink(Box::new(CsvSink::create(p)?)),
         Output::Follow => Target::Follow(FollowTable::default()),
+        Output::Rotating {
+            dir,
+            prefix,
+            max_bytes,
+            max_age,
+        } => {
+            let filters = opts.filter.to_json();
+            let drop_maps = SharedMaps::open_in(maps.dir())?;
+            let base = drop_maps.drops().unwrap_or(0);
+            Target::Sink(Box::new(super::sink::RotatingParquetSink::new(
+                dir,
+                prefix,
+                *max_bytes,
+                *max_age,
+                Box::new(move || TraceMeta::now(filters.clone())),
+                Box::new(move || drop_maps.drops().unwrap_or(base).saturating_sub(base)),
+            )?))
+        }
     };
     let consumer = Rc::new(RefCell::new(Consumer::new(target)));
     let _sigpipe = SigpipeIgnored::new();
@@ -191,9 +222,13 @@ async fn session(
         dropped: Err(anyhow!("tracing never started")),
     };
     // Everything that can fail before tracing is switched on.
-    let signals = match Signals::new() {
-        Ok(s) => s,
-        Err(e) => return failed(e),
+    let signals = if opts.stop.is_some() {
+        None
+    } else {
+        match Signals::new() {
+            Ok(s) => Some(s),
+            Err(e) => return failed(e),
+        }
     };
     let baseline = match maps.drops() {
         Ok(d) => d,
@@ -269,7 +304,7 @@ async fn consume_until_stop(
     rb: &RingBuffer<'_>,
     afd: &AsyncFd<EpollFd<'_>>,
     consumer: &RefCell<Consumer>,
-    mut signals: Signals,
+    mut signals: Option<Signals>,
     opts: &TraceOptions,
     baseline: u64,
 ) -> Result<Stop> {
@@ -281,10 +316,11 @@ async fn consume_until_stop(
             .unwrap_or(Duration::from_secs(86_400 * 365 * 30));
     if let Some(stall) = opts.stall {
         tokio::select! {
-            sig = signals.recv() => return Ok(Stop::Signal(sig)),
+            sig = recv(&mut signals) => return Ok(Stop::Signal(sig)),
             _ = tokio::time::sleep(stall) => {}
         }
     }
+    let requested = || opts.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst));
     let follow = matches!(opts.output, Output::Follow);
     let tty = std::io::stdout().is_terminal();
     let mut tick = tokio::time::interval(TICK);
@@ -292,7 +328,7 @@ async fn consume_until_stop(
     let mut last_render = Instant::now();
     loop {
         tokio::select! {
-            sig = signals.recv() => return Ok(Stop::Signal(sig)),
+            sig = recv(&mut signals) => return Ok(Stop::Signal(sig)),
             _ = tokio::time::sleep_until(deadline) => return Ok(Stop::Duration),
             ready = afd.readable() => {
                 let mut guard = ready.context("waiting on the ring buffer")?;
@@ -303,6 +339,12 @@ async fn consume_until_stop(
             }
             _ = tick.tick() => {
                 consume(rb, consumer)?;
+                if requested() {
+                    return Ok(Stop::Requested);
+                }
+                if let Target::Sink(sink) = &mut consumer.borrow_mut().target {
+                    sink.tick()?;
+                }
                 if follow && last_render.elapsed() >= Duration::from_secs(1) {
                     let elapsed = last_render.elapsed();
                     last_render = Instant::now();
@@ -387,6 +429,7 @@ fn announce(opts: &TraceOptions) {
     }
     let into = match &opts.output {
         Output::Parquet(p) | Output::Csv(p) => format!(" into {}", p.display()),
+        Output::Rotating { dir, .. } => format!(" into {}", dir.display()),
         Output::Follow => String::new(),
     };
     let until = match opts.duration {
@@ -431,6 +474,14 @@ impl Drop for CfgGuard<'_> {
 /// SIGINT, SIGTERM and SIGHUP end a session (a closed terminal must not
 /// leave tracing on). Once registered, tokio keeps handling them for the
 /// life of the process, so a second Ctrl-C cannot cut the finish short.
+/// The next signal, or never without handlers.
+async fn recv(signals: &mut Option<Signals>) -> i32 {
+    match signals {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,

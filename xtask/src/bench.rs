@@ -1,0 +1,240 @@
+//! `cargo xtask bench`: what our datapath costs, as ratios measured in one
+//! run against a reference measured in the same run. Benchmarks, not tests:
+//! they print figures and never fail on them.
+//!
+//! - `datapath`: one loopback iperf3 flow in a private network namespace,
+//!   the kernel's `bbr` against our `bpf_bbr`, alternating, `--reps` times
+//!   each: throughput, and CPU (all CPUs' busy time from /proc/stat over the
+//!   run, per byte moved, so both ends and softirq work count).
+//!   Target: bpf_bbr >= 0.97x throughput at <= 1.03x CPU per byte.
+//! - `trace`: `bpf_bbr` traced on every ACK (`ccctl trace` writing Parquet)
+//!   against untraced, alternating. Target: <= 5 % throughput loss, 0 drops.
+//! - `consumer`: events per second `ccctl trace`'s decode + Parquet path
+//!   sustains on one core, fed by a synthetic producer. Target >= 2 M/s.
+//!
+//! Everything is built in release mode (about 11 minutes from scratch).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use crate::proc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    Datapath,
+    Trace,
+    Consumer,
+    All,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which benchmark.
+    #[arg(value_enum, default_value_t = Which::All)]
+    pub which: Which,
+    /// Seconds per iperf3 run.
+    #[arg(long, default_value_t = 10)]
+    pub secs: u64,
+    /// Runs per variant (alternating).
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Synthetic events for the consumer benchmark.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub events: u64,
+}
+
+/// A private namespace with loopback up; deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Result<Netns> {
+        let name = format!("ccctl-bench-{}", std::process::id());
+        proc::run(Command::new("ip").args(["netns", "add", &name]))?;
+        let ns = Netns(name);
+        proc::run(Command::new("ip").args(["-n", &ns.0, "link", "set", "lo", "up"]))?;
+        Ok(ns)
+    }
+
+    fn cmd(&self, argv: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]).args(argv);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "pids", &self.0]).output().map(|o| {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        });
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Busy and total jiffies over all CPUs.
+fn cpu_jiffies() -> Result<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let line = stat.lines().next().context("empty /proc/stat")?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    Ok((total - idle, total))
+}
+
+struct Flow {
+    bits_per_s: f64,
+    bytes: f64,
+    cpu_busy_s: f64,
+}
+
+/// One loopback flow with congestion control `cc` in `ns`.
+fn flow(ns: &Netns, cc: &str, secs: u64, port: u16) -> Result<Flow> {
+    let mut server = ns
+        .cmd(&["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let hz = 100.0; // USER_HZ
+    let (b0, _) = cpu_jiffies()?;
+    let out = ns
+        .cmd(&["iperf3", "-c", "127.0.0.1", "-p", &port.to_string(), "-C", cc, "-t", &secs.to_string(), "-J"])
+        .output()
+        .context("running iperf3 -c")?;
+    let (b1, _) = cpu_jiffies()?;
+    let _ = server.wait();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
+    if let Some(e) = v.get("error") {
+        bail!("iperf3 -C {cc}: {e}");
+    }
+    let got_cc = v["end"]["sender_tcp_congestion"].as_str().unwrap_or("");
+    if got_cc != cc {
+        bail!("iperf3 ran with {got_cc:?}, not {cc}");
+    }
+    Ok(Flow {
+        bits_per_s: v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0),
+        bytes: v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0),
+        cpu_busy_s: (b1 - b0) as f64 / hz,
+    })
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+fn ccctl(bin: &Path, args: &[&str]) -> Result<()> {
+    proc::run(Command::new(bin).args(args))
+}
+
+/// Alternating runs of two variants; `before_b`/`after_b` wrap each B run.
+fn compare(
+    ns: &Netns,
+    a: &str,
+    b: &str,
+    args: &BenchArgs,
+    mut around_b: impl FnMut(&mut dyn FnMut() -> Result<Flow>) -> Result<Flow>,
+) -> Result<(Vec<Flow>, Vec<Flow>)> {
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    for rep in 0..args.reps {
+        let port = 5300 + rep as u16 * 2;
+        let fa = flow(ns, a, args.secs, port)?;
+        println!("  run {}: {a:<8} {:7.2} Gbit/s, CPU {:5.2} s", rep + 1, fa.bits_per_s / 1e9, fa.cpu_busy_s);
+        ra.push(fa);
+        let fb = around_b(&mut || flow(ns, "bpf_bbr", args.secs, port + 1))?;
+        println!("  run {}: {b:<8} {:7.2} Gbit/s, CPU {:5.2} s", rep + 1, fb.bits_per_s / 1e9, fb.cpu_busy_s);
+        rb.push(fb);
+    }
+    Ok((ra, rb))
+}
+
+fn summarize(label: &str, a: &str, b: &str, ra: &[Flow], rb: &[Flow]) -> (f64, f64) {
+    let tput = |r: &[Flow]| mean(&r.iter().map(|f| f.bits_per_s).collect::<Vec<_>>());
+    let cpu_per_gb = |r: &[Flow]| mean(&r.iter().map(|f| f.cpu_busy_s / (f.bytes / 1e9)).collect::<Vec<_>>());
+    let t = tput(rb) / tput(ra);
+    let c = cpu_per_gb(rb) / cpu_per_gb(ra);
+    println!(
+        "{label}: {a} {:.2} Gbit/s, {:.3} CPU-s/GB; {b} {:.2} Gbit/s, {:.3} CPU-s/GB; \
+         throughput ratio {t:.3}, CPU-per-byte ratio {c:.3}",
+        tput(ra) / 1e9,
+        cpu_per_gb(ra),
+        tput(rb) / 1e9,
+        cpu_per_gb(rb)
+    );
+    (t, c)
+}
+
+pub fn main(args: BenchArgs) -> Result<i32> {
+    eprintln!("bench: building ccctl in release mode (about 11 minutes from scratch)");
+    let bin: PathBuf = proc::cargo_build_json(&["build", "--release", "-p", "ccctl", "--bins"], |name, kinds, _| {
+        name == "ccctl" && kinds.iter().any(|k| k == "bin")
+    })?;
+    let run_all = args.which == Which::All;
+    if run_all || args.which == Which::Consumer {
+        let out = std::env::temp_dir().join(format!("ccctl-bench-consumer-{}.parquet", std::process::id()));
+        println!("consumer: {} synthetic events through decode + Parquet, one core", args.events);
+        let res = proc::capture(Command::new(&bin).args([
+            "trace-bench",
+            "--events",
+            &args.events.to_string(),
+            "--out",
+            out.to_str().context("temp path")?,
+        ]));
+        let _ = std::fs::remove_file(&out);
+        println!("{}", res?.trim());
+    }
+    if run_all || matches!(args.which, Which::Datapath | Which::Trace) {
+        if !std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")?
+            .split_whitespace()
+            .any(|c| c == "bbr")
+        {
+            let _ = Command::new("modprobe").arg("tcp_bbr").status();
+        }
+        ccctl(&bin, &["load", "bbr"])?;
+        let res = (|| -> Result<()> {
+            let ns = Netns::new()?;
+            if run_all || args.which == Which::Datapath {
+                println!("datapath: loopback, {} s per run, {} runs each, alternating", args.secs, args.reps);
+                let (ra, rb) = compare(&ns, "bbr", "bpf_bbr", &args, |f| f())?;
+                summarize("datapath", "bbr", "bpf_bbr", &ra, &rb);
+            }
+            if run_all || args.which == Which::Trace {
+                println!("trace: bpf_bbr untraced vs traced on every ACK into Parquet");
+                let out = std::env::temp_dir().join(format!("ccctl-bench-trace-{}.parquet", std::process::id()));
+                let mut reports = Vec::new();
+                let (ra, rb) = compare(&ns, "bpf_bbr", "bpf_bbr+trace", &args, |f| {
+                    let tracer = Command::new(&bin)
+                        .args(["trace", "--algo", "bbr", "--out", out.to_str().unwrap_or("/tmp/x.parquet")])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .context("starting ccctl trace")?;
+                    std::thread::sleep(Duration::from_millis(500));
+                    let r = f();
+                    // SAFETY: SIGINT to our own child: it flushes and reports.
+                    unsafe { libc::kill(tracer.id() as libc::pid_t, libc::SIGINT) };
+                    let o = tracer.wait_with_output().context("waiting for ccctl trace")?;
+                    reports.push(String::from_utf8_lossy(&o.stderr).trim().to_string());
+                    r
+                })?;
+                let _ = std::fs::remove_file(&out);
+                let (t, _) = summarize("trace", "untraced", "traced", &ra, &rb);
+                println!("trace: throughput loss {:.1} %", (1.0 - t) * 100.0);
+                for r in reports {
+                    println!("  ccctl trace: {}", r.lines().last().unwrap_or(""));
+                }
+            }
+            Ok(())
+        })();
+        let unload = ccctl(&bin, &["unload", "bbr"]);
+        res?;
+        unload?;
+    }
+    Ok(0)
+}

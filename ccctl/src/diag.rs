@@ -58,6 +58,7 @@
 //! |    120 |    8 | `tcpi_bytes_acked`                | `bytes_acked`               | bytes     | 4.1   |
 //! |    128 |    8 | `tcpi_bytes_received`             | `bytes_received`            | bytes     | 4.1   |
 //! |    136 |    4 | `tcpi_segs_out`                   | `segs_out`                  | segments  | 4.2   |
+//! |    140 |    4 | `tcpi_segs_in`                    | `segs_in`                   | segments  | 4.2   |
 //! |    144 |    4 | `tcpi_notsent_bytes`              | `notsent_bytes`             | bytes     | 4.6   |
 //! |    148 |    4 | `tcpi_min_rtt`                    | `min_rtt_us`                | µs        | 4.6   |
 //! |    156 |    4 | `tcpi_data_segs_out`              | `data_segs_out`             | segments  | 4.6   |
@@ -269,6 +270,8 @@ pub struct TcpInfo {
     pub bytes_acked: Option<u64>,
     pub bytes_received: Option<u64>,
     pub segs_out: Option<u32>,
+    /// Segments received (for a sender: ACKs).
+    pub segs_in: Option<u32>,
     pub notsent_bytes: Option<u32>,
     pub min_rtt_us: Option<u32>,
     pub data_segs_out: Option<u32>,
@@ -344,6 +347,7 @@ pub fn parse_tcp_info(b: &[u8]) -> Option<TcpInfo> {
         bytes_acked: u64_ne(b, 120),
         bytes_received: u64_ne(b, 128),
         segs_out: u32_ne(b, 136),
+        segs_in: u32_ne(b, 140),
         notsent_bytes: u32_ne(b, 144),
         min_rtt_us: u32_ne(b, 148),
         data_segs_out: u32_ne(b, 156),
@@ -910,6 +914,7 @@ mod tests {
                 bytes_acked: Some(1_000_000_007),
                 bytes_received: Some(3_000),
                 segs_out: Some(900),
+                segs_in: Some(800),
                 notsent_bytes: Some(4096),
                 min_rtt_us: Some(11_000),
                 data_segs_out: Some(880),

@@ -164,6 +164,20 @@ pub fn validate(
     Ok(next)
 }
 
+/// Replaces the whole set: defaults with `changes` applied, in one update
+/// (what a config file means: unlisted parameters are at their defaults).
+pub fn replace(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32> {
+    let dir = loader::pin_dir(algo);
+    let current = loader::read_params(&dir)?;
+    let base = abi::ccctl_params {
+        version: current.version,
+        ..loader::default_params()
+    };
+    let next = validate(algo, changes, &base)?;
+    loader::write_params(&dir, &next)?;
+    Ok(next.version)
+}
+
 /// Restores every default (version bumped).
 pub fn reset(algo: &Algorithm) -> Result<u32> {
     let dir = loader::pin_dir(algo);

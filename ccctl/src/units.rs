@@ -80,7 +80,7 @@ pub struct Span(pub Duration);
 
 impl Span {
     const EXPECTED: &'static str =
-        "a non-negative number with a unit: us, ms, s or min, e.g. `40ms`";
+        "a non-negative number with a unit: us, ms, s, min or h, e.g. `40ms`";
 
     pub fn parse(s: &str) -> Result<Span, ParseError> {
         let err = || ParseError {
@@ -94,6 +94,7 @@ impl Span {
             "ms" => v / 1e3,
             "s" => v,
             "min" => v * 60.0,
+            "h" => v * 3600.0,
             _ => return Err(err()),
         };
         if !(0.0..=1e7).contains(&secs) {

@@ -59,7 +59,11 @@ pub fn f64s(df: &DataFrame, name: &str) -> Vec<Option<f64>> {
 }
 
 pub fn strs(df: &DataFrame, name: &str) -> Vec<String> {
-    let c = df.column(name).unwrap_or_else(|e| panic!("column {name}: {e}"));
+    let c = df
+        .column(name)
+        .unwrap_or_else(|e| panic!("column {name}: {e}"))
+        .cast(&DataType::String)
+        .unwrap_or_else(|e| panic!("column {name} as string: {e}"));
     let ca = c.str().expect("string column");
     (0..ca.len()).map(|i| ca.get(i).unwrap_or("").to_string()).collect()
 }

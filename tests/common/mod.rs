@@ -5,6 +5,7 @@
 pub mod flows;
 pub mod lab;
 pub mod lifecycle;
+pub mod tracing;
 
 use std::{
     fs,

@@ -165,3 +165,25 @@ mod lab {
         }
     }
 }
+
+/// Per-ACK tracing and the daemon on the host kernel (6.18).
+mod tracing {
+    use std::time::Duration;
+
+    use super::common::tracing::*;
+
+    #[test]
+    fn traced_flow_is_one_row_per_ack_and_matches_the_socket() {
+        traced_flow_matches_the_socket(50_000_000, 100 * 1514, Duration::ZERO);
+    }
+
+    #[test]
+    fn ring_overflow_is_counted_not_hidden() {
+        overflow_is_counted();
+    }
+
+    #[test]
+    fn daemon_loads_reloads_on_sighup_and_cleans_up() {
+        daemon_reloads_live_and_cleans_up();
+    }
+}

@@ -292,3 +292,17 @@ mod lab {
         let _ = ccctl(&["status"]);
     }
 }
+
+/// Per-ACK tracing on 6.1 (no struct_ops links, 2-argument cong_control).
+mod tracing {
+    use std::time::Duration;
+
+    use super::common::tracing::*;
+    use super::require_vm;
+
+    #[test]
+    fn traced_flow_is_one_row_per_ack_and_matches_the_socket() {
+        require_vm();
+        traced_flow_matches_the_socket(10_000_000, 50_000, Duration::from_millis(20));
+    }
+}

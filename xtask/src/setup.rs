@@ -53,7 +53,7 @@ impl Missing {
             println!("missing: a Debian 6.1 kernel in /boot (vmlinuz-6.1*) with /lib/modules");
         }
         if self.venv {
-            println!("missing: virtme-ng {VIRTME_NG_VERSION} in {VENV}");
+            println!("missing: virtme-ng {VIRTME_NG_VERSION} or pyarrow {PYARROW_VERSION} in {VENV}");
         }
     }
 }
@@ -90,9 +90,16 @@ fn site_packages() -> Vec<PathBuf> {
         .collect()
 }
 
+/// Pinned pyarrow: the tests read our Parquet files with a second,
+/// independent reader (polars is the first).
+pub const PYARROW_VERSION: &str = "26.0.1";
+
 fn venv_ok() -> bool {
-    let dist = format!("virtme_ng-{VIRTME_NG_VERSION}.dist-info");
-    vng().is_file() && site_packages().iter().any(|sp| sp.join(&dist).is_dir())
+    let dists = [
+        format!("virtme_ng-{VIRTME_NG_VERSION}.dist-info"),
+        format!("pyarrow-{PYARROW_VERSION}.dist-info"),
+    ];
+    vng().is_file() && dists.iter().all(|d| site_packages().iter().any(|sp| sp.join(d).is_dir()))
 }
 
 fn virtme_ng_init_present() -> bool {
@@ -174,11 +181,12 @@ pub fn main(check_only: bool) -> Result<i32> {
                 .context("cannot create the venv's parent directory")?;
             proc::run(Command::new("python3").args(["-m", "venv", VENV]))?;
         }
-        println!("xtask setup: installing virtme-ng=={VIRTME_NG_VERSION} into {VENV}");
+        println!("xtask setup: installing virtme-ng=={VIRTME_NG_VERSION} and pyarrow=={PYARROW_VERSION} into {VENV}");
         proc::run(
             Command::new(Path::new(VENV).join("bin/pip"))
                 .args(["install", "-q", "--disable-pip-version-check"])
-                .arg(format!("virtme-ng=={VIRTME_NG_VERSION}")),
+                .arg(format!("virtme-ng=={VIRTME_NG_VERSION}"))
+                .arg(format!("pyarrow=={PYARROW_VERSION}")),
         )?;
     }
     if !check()? {

@@ -207,12 +207,10 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
         }
         let before = prev.and_then(|p| p.algorithms.iter().find(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name)));
         if before.map(|b| &b.params) != Some(&a.params) {
-            // Unlisted parameters go back to their defaults: the file is the truth.
-            params::reset(algo)?;
-            if !a.params.is_empty() {
-                let v = params::apply(algo, &a.params)?;
-                tracing::info!(algo = algo.name, version = v, params = ?a.params, "parameters written");
-            }
+            // Unlisted parameters go back to their defaults: the file is the
+            // truth. One map update, so flows never see a half-applied set.
+            let v = params::replace(algo, &a.params)?;
+            tracing::info!(algo = algo.name, version = v, params = ?a.params, "parameters written");
         }
     }
     if let Some(p) = prev {

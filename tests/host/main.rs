@@ -119,6 +119,12 @@ mod lab {
         let jfi = f64s(&summary, "jain_index")[run_rows[0]].expect("JFI");
         assert!((0.5..=1.0).contains(&jfi));
 
+        // Our algorithm's flows were traced per ACK and plotted.
+        let trace = dir.join("traces/run-001.parquet");
+        assert!(read_parquet(&trace).height() > 100, "per-ACK trace of the main run");
+        assert_eq!(meta["runs"][1]["trace"], "traces/run-001.parquet");
+        assert!(dir.join("plots/run-001-per-ack.png").is_file() && dir.join("plots/run-001-per-ack.svg").is_file());
+
         let samples = read_parquet(&dir.join("samples.parquet"));
         assert!(samples.height() > 100, "{} samples", samples.height());
         let cwnd = f64s(&samples, "cwnd_pkts");

@@ -54,6 +54,10 @@ pub struct JobRecord {
     pub qdiscs: Vec<String>,
     /// Wall time spent building the testbed, running the flows, tearing down.
     pub phase_secs: [f64; 3],
+    /// CLOCK_MONOTONIC at `t = 0` of the samples (aligns per-ACK traces).
+    pub t0_monotonic_ns: u64,
+    /// Per-ACK trace of our algorithms' flows in this run, if taken.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 /// Distinct base RTTs in order of first appearance: one sender host each.
@@ -126,6 +130,7 @@ pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRec
 
     let mut running = iperf::spawn_flows(&tb, &specs)?;
     let t0 = Instant::now();
+    let t0_monotonic_ns = crate::trace::sink::monotonic_ns();
     let planned = running.expected_runtime();
     // (flow index, local port) -> samples; the control connection is dropped later.
     let mut raw: BTreeMap<(usize, u16), Vec<Sample>> = BTreeMap::new();
@@ -209,6 +214,8 @@ pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRec
         sample_failures,
         qdiscs,
         phase_secs: [setup_secs, flow_secs, teardown_secs],
+        t0_monotonic_ns,
+        trace: None,
     })
 }
 

@@ -13,12 +13,13 @@
 //! booting Debian's 6.1 kernel over the host's filesystem, writing into the
 //! same run directory ([`crate::vm`]).
 pub mod analyze;
-mod ccs;
+pub(crate) mod ccs;
 pub mod exec;
 pub mod interrupt;
 pub mod output;
 pub mod plan;
 mod progress;
+mod traces;
 
 use std::path::{Path, PathBuf};
 
@@ -203,13 +204,18 @@ fn run_here(
     let loaded = ccs::Loaded::ensure(sc)?;
     meta.loaded_for_run = loaded.names().iter().map(|s| s.to_string()).collect();
 
+    let tracer = traces::LabTracer::new(sc.algorithms(), run_dir);
     let mut progress = progress::Progress::new(&plan.jobs);
     let mut records = Vec::with_capacity(plan.jobs.len());
     let mut failure = None;
     for job in &plan.jobs {
         progress.start(job);
-        match exec::run_job(job, kernel_cc) {
-            Ok(rec) => {
+        let job_trace = tracer.as_ref().and_then(|t| t.start(job));
+        let result = exec::run_job(job, kernel_cc);
+        let trace_file = job_trace.and_then(traces::JobTrace::finish);
+        match result {
+            Ok(mut rec) => {
+                rec.trace = trace_file;
                 progress.finish(job, Some(&rec));
                 records.push(rec);
             }
@@ -221,6 +227,7 @@ fn run_here(
         }
     }
     progress.done();
+    drop(tracer);
     drop(loaded);
     meta.finish(&records, failure.as_ref());
     let analysis = analyze::analyze(&plan, &records);
@@ -233,6 +240,11 @@ fn run_here(
     std::fs::write(run_dir.join("summary.txt"), &table)
         .map_err(LabError::io("writing summary.txt"))?;
     print!("{table}");
+    for rec in records.iter().filter(|r| r.job.kind == plan::JobKind::Main) {
+        if let Err(e) = traces::plot(rec, &run_dir.join("plots")) {
+            eprintln!("ccctl lab: warning: per-ACK plot of run {}: {e:#}", rec.job.id);
+        }
+    }
     if let Err(e) = output::write_plots(&run_dir.join("plots"), &records, &analysis) {
         tracing::warn!(error = %e, "plots incomplete");
         eprintln!("ccctl lab: warning: {e}");

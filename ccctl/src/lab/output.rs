@@ -95,6 +95,8 @@ pub struct RunMeta {
     pub setup_flows_teardown_secs: [f64; 3],
     pub sample_failures: u64,
     pub qdiscs: Vec<String>,
+    /// Per-ACK trace of our algorithms' flows (relative to the run directory).
+    pub trace: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -208,6 +210,11 @@ impl Metadata {
                 setup_flows_teardown_secs: r.phase_secs,
                 sample_failures: r.sample_failures,
                 qdiscs: r.qdiscs.clone(),
+                trace: r
+                    .trace
+                    .as_ref()
+                    .and_then(|p| p.file_name())
+                    .map(|f| format!("traces/{}", f.to_string_lossy())),
             })
             .collect();
     }

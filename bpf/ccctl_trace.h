@@ -26,6 +26,12 @@
  * flow traced on every ACK.  The loader may override it (tests shrink it). */
 #define CCCTL_TRACE_RING_BYTES (8u << 20)
 
+/* Wake the consumer only once this much is waiting, bytes: one wakeup per
+ * ~400 events instead of one per event (a context switch per ACK would cost
+ * the traced flow more than the event itself).  The consumer also drains
+ * every 100 ms, so a slow flow's events are never held longer than that. */
+#define CCCTL_TRACE_WAKEUP_BYTES (64u << 10)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, CCCTL_TRACE_RING_BYTES);
@@ -175,7 +181,11 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 
 static __always_inline void ccctl_trace_commit(struct ccctl_event *e)
 {
-	bpf_ringbuf_submit(e, 0);
+	u64 flags = bpf_ringbuf_query(&trace_events, BPF_RB_AVAIL_DATA) >= CCCTL_TRACE_WAKEUP_BYTES ?
+			    BPF_RB_FORCE_WAKEUP :
+			    BPF_RB_NO_WAKEUP;
+
+	bpf_ringbuf_submit(e, flags);
 }
 
 #endif /* __CCCTL_TRACE_H */

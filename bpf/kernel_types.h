@@ -45,6 +45,14 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_SK_STORAGE = 24,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
+/* bpf_ringbuf_submit() flags and bpf_ringbuf_query() selectors */
+enum {
+	BPF_RB_NO_WAKEUP = 1,
+	BPF_RB_FORCE_WAKEUP = 2,
+};
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+};
 enum {
 	BPF_ANY = 0,
 	BPF_F_NO_PREALLOC = 1,

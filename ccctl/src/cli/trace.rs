@@ -17,6 +17,12 @@ pub struct TraceArgs {
     /// Only flows with this local or remote port.
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
+    /// Only flows with this local end: IPV4, IPV4:PORT or :PORT (with --remote: a 4-tuple).
+    #[arg(long, value_name = "ADDR:PORT", value_parser = trace::Endpoint::parse)]
+    pub local: Option<trace::Endpoint>,
+    /// Only flows with this remote end: IPV4, IPV4:PORT or :PORT.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = trace::Endpoint::parse)]
+    pub remote: Option<trace::Endpoint>,
     /// Only every Nth ACK of each flow.
     #[arg(long, value_name = "N")]
     pub sample: Option<u32>,
@@ -43,7 +49,7 @@ pub struct TraceArgs {
 impl TraceArgs {
     /// The session these flags ask for, validated; nothing is touched yet.
     pub fn options(&self) -> Result<TraceOptions, TraceError> {
-        let filter = Filter::new(&self.algos, self.port, self.sample, self.per_rtt)?;
+        let filter = Filter::new(&self.algos, self.port, self.sample, self.per_rtt)?.with_endpoints(self.local, self.remote);
         let output = match (&self.out, &self.csv, self.follow) {
             (Some(p), None, false) => Output::Parquet(p.clone()),
             (None, Some(p), false) => Output::Csv(p.clone()),

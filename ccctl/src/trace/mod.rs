@@ -81,8 +81,38 @@ pub struct Filter {
     pub sample_every: u32,
     /// At most one event per flow per round trip.
     pub once_per_rtt: bool,
+    /// 4-tuple: local address and port (either may be absent).
+    pub local: Endpoint,
+    /// 4-tuple: remote address and port.
+    pub remote: Endpoint,
     #[serde(skip)]
     algo_mask: u32,
+}
+
+/// One end of a 4-tuple filter: `198.18.1.1:5201`, `198.18.1.1` or `:5201`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub addr: Option<std::net::Ipv4Addr>,
+    pub port: Option<u16>,
+}
+
+impl Endpoint {
+    pub fn parse(s: &str) -> Result<Endpoint, String> {
+        let bad = || format!("`{s}`: expected IPV4, IPV4:PORT or :PORT, e.g. 198.18.1.1:5201");
+        let (a, p) = match s.rsplit_once(':') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr = if a.is_empty() { None } else { Some(a.parse().map_err(|_| bad())?) };
+        let port = match p {
+            Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(bad)?),
+            None => None,
+        };
+        if addr.is_none() && port.is_none() {
+            return Err(bad());
+        }
+        Ok(Endpoint { addr, port })
+    }
 }
 
 impl Default for Filter {
@@ -92,6 +122,8 @@ impl Default for Filter {
             port: None,
             sample_every: 1,
             once_per_rtt: false,
+            local: Endpoint::default(),
+            remote: Endpoint::default(),
             algo_mask: 0,
         }
     }
@@ -144,11 +176,24 @@ impl Filter {
         Ok(f)
     }
 
+    /// Adds a 4-tuple filter (`--local`, `--remote`).
+    pub fn with_endpoints(mut self, local: Option<Endpoint>, remote: Option<Endpoint>) -> Filter {
+        self.local = local.unwrap_or_default();
+        self.remote = remote.unwrap_or_default();
+        self
+    }
+
     /// The `trace_cfg` entry that turns tracing on with these filters.
     pub fn cfg(&self, session: u64) -> abi::ccctl_trace_cfg {
+        // Addresses as the kernel keeps them: network byte order in memory.
+        let be = |a: Option<std::net::Ipv4Addr>| a.map_or(0, |a| u32::from_ne_bytes(a.octets()));
         abi::ccctl_trace_cfg {
             enabled: 1,
             algo_mask: self.algo_mask,
+            saddr: be(self.local.addr),
+            daddr: be(self.remote.addr),
+            sport: self.local.port.unwrap_or(0),
+            dport: self.remote.port.unwrap_or(0),
             port: self.port.unwrap_or(0) as u32,
             sample_every: self.sample_every,
             once_per_rtt: self.once_per_rtt as u32,
@@ -166,6 +211,19 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn four_tuple_endpoints_parse_and_land_in_network_order() {
+        let l = Endpoint::parse("198.18.1.1:5201").expect("addr:port");
+        let r = Endpoint::parse(":443").expect("port only");
+        assert_eq!(Endpoint::parse("198.18.0.2").expect("addr").port, None);
+        for bad in ["", ":", "1.2.3:80", "198.18.0.2:0", "198.18.0.2:70000", "host:80"] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+        let cfg = Filter::default().with_endpoints(Some(l), Some(r)).cfg(1);
+        assert_eq!(cfg.saddr.to_ne_bytes(), [198, 18, 1, 1]);
+        assert_eq!((cfg.sport, cfg.dport, cfg.daddr), (5201, 443, 0));
+    }
 
     #[test]
     fn filters_become_trace_cfg() {
@@ -191,7 +249,7 @@ mod tests {
         );
         assert_eq!(
             f.to_json(),
-            r#"{"algos":["bpf_bbr","dstar"],"port":5201,"sample_every":10,"once_per_rtt":true}"#
+            r#"{"algos":["bpf_bbr","dstar"],"port":5201,"sample_every":10,"once_per_rtt":true,"local":{"addr":null,"port":null},"remote":{"addr":null,"port":null}}"#
         );
 
         let all = Filter::new(&[], None, None, false).unwrap().cfg(1);

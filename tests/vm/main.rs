@@ -209,8 +209,12 @@ mod lab {
         let scenario = super::common::tempdir("lab-vm-basic-scenario").join("basic.toml");
         std::fs::write(
             &scenario,
-            "name = \"vm-basic\"\nduration = \"20s\"\nbaselines = false\n\
-             [link]\nrate = \"10mbit\"\nrtt = \"40ms\"\nbuffer = \"2bdp\"\n\
+            // 1 BDP: Cubic still fills the link alone (0.7 x 2 BDP > 1 BDP after a
+            // loss) and two Cubic flows see a loss every few seconds, so they
+            // converge within the run; 30 s with a 5 s warm-up leaves 25 s to measure
+            // (one 20 s run at 2 BDP once gave JFI 0.899).
+            "name = \"vm-basic\"\nduration = \"30s\"\nwarmup = \"5s\"\nbaselines = false\n\
+             [link]\nrate = \"10mbit\"\nrtt = \"40ms\"\nbuffer = \"1bdp\"\n\
              [sweep]\nflows = [\"cubic:1\", \"cubic:2\"]\n",
         )
         .expect("write scenario");

@@ -209,12 +209,11 @@ mod lab {
         let scenario = super::common::tempdir("lab-vm-basic-scenario").join("basic.toml");
         std::fs::write(
             &scenario,
-            // 1 BDP: Cubic still fills the link alone (0.7 x 2 BDP > 1 BDP after a
-            // loss) and two Cubic flows see a loss every few seconds, so they
-            // converge within the run; 30 s with a 5 s warm-up leaves 25 s to measure
-            // (one 20 s run at 2 BDP once gave JFI 0.899).
+            // 2 BDP so one Cubic flow keeps the link full (1 BDP gave 8.78 of 10
+            // Mbit/s once); 30 s with a 5 s warm-up gives two Cubic flows 25 s to
+            // be measured over (one 20 s run gave JFI 0.899).
             "name = \"vm-basic\"\nduration = \"30s\"\nwarmup = \"5s\"\nbaselines = false\n\
-             [link]\nrate = \"10mbit\"\nrtt = \"40ms\"\nbuffer = \"1bdp\"\n\
+             [link]\nrate = \"10mbit\"\nrtt = \"40ms\"\nbuffer = \"2bdp\"\n\
              [sweep]\nflows = [\"cubic:1\", \"cubic:2\"]\n",
         )
         .expect("write scenario");

@@ -245,21 +245,7 @@ fn status(args: JsonArg) -> Result<()> {
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC.
 fn utc(unix_s: u64) -> String {
-    let t = unix_s as libc::time_t;
-    // SAFETY: gmtime_r fills the tm we pass.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
-        return unix_s.to_string();
-    }
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
+    crate::units::utc(unix_s, "-", " ", ":", "")
 }
 
 fn ago(s: u64) -> String {

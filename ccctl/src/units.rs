@@ -269,3 +269,23 @@ mod tests {
         }
     }
 }
+
+/// A Unix time in UTC as `YYYY<d>MM<d>DD<sep>hh<t>mm<t>ss<end>`
+/// (`-`, ` `, `:`, `` for display; ``, `T`, ``, `Z` for file names).
+pub fn utc(unix_s: u64, d: &str, sep: &str, t: &str, end: &str) -> String {
+    let secs = unix_s as libc::time_t;
+    // SAFETY: gmtime_r fills the tm we own.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::gmtime_r(&secs, &mut tm) }.is_null() {
+        return unix_s.to_string();
+    }
+    format!(
+        "{:04}{d}{:02}{d}{:02}{sep}{:02}{t}{:02}{t}{:02}{end}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}

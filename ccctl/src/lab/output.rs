@@ -50,23 +50,9 @@ pub fn create_run_dir(root: &Path, name: &str) -> Result<PathBuf, LabError> {
 fn utc_stamp() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
+        .map(|d| d.as_secs())
         .unwrap_or(0);
-    // SAFETY: gmtime_r fills the tm we own.
-    let tm = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::gmtime_r(&secs, &mut tm);
-        tm
-    };
-    format!(
-        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
+    crate::units::utc(secs, "", "T", "", "Z")
 }
 
 pub fn write_scenario(path: &Path, sc: &Scenario) -> Result<(), LabError> {

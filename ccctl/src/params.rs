@@ -3,8 +3,11 @@
 //!
 //! Every value is validated here before anything is written, and several
 //! values change together in one map update or not at all. The BPF side
-//! clamps again on read (bounds in `bbr_core.h`), so a map written by anyone
-//! else cannot stall or explode a flow either.
+//! clamps again on read (bounds in `bbr_core.h` and each variant's source),
+//! so a map written by anyone else cannot stall or explode a flow either.
+//!
+//! The BPF programs look the map up on every ACK, so a write reaches flows
+//! that are already running at their next ACK: no reload, no reconnect.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -15,17 +18,27 @@ use crate::algos::Algorithm;
 use crate::error::{Error, Result};
 use crate::loader;
 
+/// Scale of Modest BBR's W_min and W_max in the map (`struct ccctl_params`:
+/// "x 1024").
+pub const W_UNIT: f64 = 1024.0;
+
 /// One parameter: its name, where it lives, its scale and its bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct ParamDef {
-    /// Name on the command line (`--cwnd-gain`) and in configs (`cwnd_gain`).
+    /// Name in configs, JSON and messages (`cwnd_gain`).
     pub name: &'static str,
+    /// Long flag on the command line, without the dashes (`cwnd-gain`).
+    pub flag: &'static str,
     pub summary: &'static str,
+    /// Unit of the real value, for display (`BDP`, `packets`, ...).
+    pub unit: &'static str,
     /// Fixed-point scale in the map (value = real x scale).
     pub scale: f64,
-    /// Inclusive bounds, in real units.
+    /// Bounds, in real units; inclusive unless `*_exclusive`.
     pub min: f64,
     pub max: f64,
+    pub min_exclusive: bool,
+    pub max_exclusive: bool,
     pub default: f64,
     /// Must be a whole number (in real units).
     pub integer: bool,
@@ -33,159 +46,415 @@ pub struct ParamDef {
     set: fn(&mut abi::ccctl_params, u32),
 }
 
-/// The BBR family's gains: every BBR-based algorithm has them.
+/// The BBR family's PROBE_BW cwnd gain, every BBR-based algorithm has it.
+/// 1 to 4: the same bounds `bbr_core.h` clamps to on every read
+/// (`BBR_CWND_GAIN_MIN`, `BBR_CWND_GAIN_MAX`).
 pub const CWND_GAIN: ParamDef = ParamDef {
     name: "cwnd_gain",
+    flag: "cwnd-gain",
     summary: "PROBE_BW cwnd gain: in-flight cap in BDPs",
+    unit: "x BDP",
     scale: abi::CCCTL_GAIN_UNIT as f64,
     min: 1.0,
     max: 4.0,
+    min_exclusive: false,
+    max_exclusive: false,
     default: 2.0,
     integer: false,
     get: |p| p.cwnd_gain,
     set: |p, v| p.cwnd_gain = v,
 };
 
+/// The BBR family's PROBE_BW up-probe pacing gain. 1 to 2: the bounds
+/// `bbr_core.h` clamps to on every read (`BBR_PROBE_UP_GAIN_MIN`,
+/// `BBR_PROBE_UP_GAIN_MAX`).
 pub const PROBE_UP_GAIN: ParamDef = ParamDef {
     name: "probe_up_gain",
+    flag: "probe-up-gain",
     summary: "PROBE_BW up-probe pacing gain",
+    unit: "x btl_bw",
     scale: abi::CCCTL_GAIN_UNIT as f64,
     min: 1.0,
     max: 2.0,
+    min_exclusive: false,
+    max_exclusive: false,
     default: 1.25,
     integer: false,
     get: |p| p.probe_up_gain,
     set: |p, v| p.probe_up_gain = v,
 };
 
+/// Modest BBR's W_min, a fraction of the BBR window, x1024 in the map.
+/// 0 < W_min < W_max (checked on the resulting set, see [`validate`]).
+pub const W_MIN: ParamDef = ParamDef {
+    name: "w_min",
+    flag: "wmin",
+    summary: "Modest BBR: lower end of the window search, fraction of BBR's cwnd",
+    unit: "x cwnd",
+    scale: W_UNIT,
+    min: 0.0,
+    max: 1.0,
+    min_exclusive: true,
+    max_exclusive: true,
+    default: 0.75,
+    integer: false,
+    get: |p| p.w_min,
+    set: |p, v| p.w_min = v,
+};
+
+/// Modest BBR's W_max, a fraction of the BBR window, x1024 in the map.
+/// W_min < W_max <= 1.
+pub const W_MAX: ParamDef = ParamDef {
+    name: "w_max",
+    flag: "wmax",
+    summary: "Modest BBR: upper end of the window search, fraction of BBR's cwnd",
+    unit: "x cwnd",
+    scale: W_UNIT,
+    min: 0.0,
+    max: 1.0,
+    min_exclusive: true,
+    max_exclusive: false,
+    default: 1.0,
+    integer: false,
+    get: |p| p.w_max,
+    set: |p, v| p.w_max = v,
+};
+
+/// Modest BBR's S_min, whole packets, 1 to 64.
+pub const S_MIN: ParamDef = ParamDef {
+    name: "s_min",
+    flag: "smin",
+    summary: "Modest BBR: smallest window search step",
+    unit: "packets",
+    scale: 1.0,
+    min: 1.0,
+    max: 64.0,
+    min_exclusive: false,
+    max_exclusive: false,
+    default: 1.0,
+    integer: true,
+    get: |p| p.s_min,
+    set: |p, v| p.s_min = v,
+};
+
+/// Every parameter any algorithm has, to name unknown ones helpfully.
+pub const ALL: &[ParamDef] = &[W_MIN, W_MAX, S_MIN, CWND_GAIN, PROBE_UP_GAIN];
+
 /// Parameters of each algorithm, by its user name.
 pub fn defs_for(algo: &Algorithm) -> &'static [ParamDef] {
     match algo.name {
         "bbr" => &[CWND_GAIN, PROBE_UP_GAIN],
+        "modest-bbr" => &[CWND_GAIN, PROBE_UP_GAIN, W_MIN, W_MAX, S_MIN],
         _ => &[],
     }
 }
 
+/// The definition a config key or flag names: `w_min`, `w-min` or `wmin`.
+pub fn lookup<'d>(defs: &'d [ParamDef], key: &str) -> Option<&'d ParamDef> {
+    let key = key.trim_start_matches("--");
+    let norm = key.replace('-', "_");
+    defs.iter().find(|d| d.name == norm || d.flag == key)
+}
+
+/// `w_min (--wmin)`, or the key itself when no algorithm has it.
+fn label(key: &str) -> String {
+    match lookup(ALL, key) {
+        Some(d) => d.label(),
+        None => key.to_string(),
+    }
+}
+
 impl ParamDef {
+    /// `w_min (--wmin)`.
+    pub fn label(&self) -> String {
+        format!("{} (--{})", self.name, self.flag)
+    }
+
+    /// The allowed range in words: `1 to 4`, `above 0, up to 1`, `above 0, below 1`.
+    pub fn allowed(&self) -> String {
+        let lo = if self.min_exclusive { format!("above {}", self.min) } else { format!("{}", self.min) };
+        let hi = match (self.min_exclusive || self.max_exclusive, self.max_exclusive) {
+            (_, true) => format!("below {}", self.max),
+            (true, false) => format!("up to {}", self.max),
+            (false, false) => format!("{}", self.max),
+        };
+        let sep = if self.min_exclusive || self.max_exclusive { ", " } else { " to " };
+        let whole = if self.integer { ", a whole number" } else { "" };
+        format!("{lo}{sep}{hi}{whole}")
+    }
+
     /// Real value -> fixed point, or why not.
     pub fn encode(&self, v: f64) -> std::result::Result<u32, String> {
-        if !v.is_finite() {
-            return Err(format!("{v} is not a number; allowed: {} to {}", self.min, self.max));
+        let allowed = self.allowed();
+        if v.is_nan() {
+            return Err(format!("{v} is not a number; allowed: {allowed}"));
         }
-        if v < self.min || v > self.max {
-            return Err(format!("{v} is out of range; allowed: {} to {}", self.min, self.max));
+        if v.is_infinite() {
+            return Err(format!("{v} is not a finite number; allowed: {allowed}"));
+        }
+        let below = if self.min_exclusive { v <= self.min } else { v < self.min };
+        let above = if self.max_exclusive { v >= self.max } else { v > self.max };
+        if below || above {
+            return Err(format!("{v} is out of range; allowed: {allowed}"));
         }
         if self.integer && v.fract() != 0.0 {
-            return Err(format!("{v} must be a whole number ({} to {})", self.min, self.max));
+            return Err(format!("{v} must be a whole number; allowed: {allowed}"));
         }
-        Ok((v * self.scale).round() as u32)
+        let raw = (v * self.scale).round();
+        let (raw_min, raw_max) = ((self.min * self.scale).round(), (self.max * self.scale).round());
+        if (self.min_exclusive && raw <= raw_min) || (self.max_exclusive && raw >= raw_max) {
+            return Err(format!(
+                "{v} rounds to {} in the map's steps of 1/{}; allowed: {allowed}",
+                raw / self.scale,
+                self.scale
+            ));
+        }
+        Ok(raw as u32)
     }
 
     pub fn decode(&self, raw: u32) -> f64 {
         raw as f64 / self.scale
     }
 
-    pub fn current(&self, p: &abi::ccctl_params) -> f64 {
-        if p.version == 0 {
-            self.default
-        } else {
-            self.decode((self.get)(p))
+    /// The shortest decimal that encodes to `raw` (0.6 for 614/1024, not
+    /// 0.599609375): what a user wrote, in the map's resolution.
+    pub fn display(&self, raw: u32) -> f64 {
+        let exact = self.decode(raw);
+        for digits in 0..=6 {
+            let p = 10f64.powi(digits);
+            let v = (exact * p).round() / p;
+            if (v * self.scale).round() == raw as f64 {
+                return v;
+            }
         }
+        exact
+    }
+
+    /// Raw value in force: the map's, or the default before any write.
+    pub fn raw(&self, p: &abi::ccctl_params) -> u32 {
+        if p.version == 0 {
+            (self.get)(&loader::default_params())
+        } else {
+            (self.get)(p)
+        }
+    }
+
+    pub fn current(&self, p: &abi::ccctl_params) -> f64 {
+        self.display(self.raw(p))
     }
 }
 
 /// Values in force and defaults, for display.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ParamView {
     pub name: &'static str,
+    /// `--flag` on the command line.
+    pub flag: String,
     pub value: f64,
+    /// Fixed-point value in the map.
+    pub raw: u32,
     pub default: f64,
     pub min: f64,
     pub max: f64,
+    pub min_exclusive: bool,
+    pub max_exclusive: bool,
+    pub integer: bool,
+    /// The allowed range in words.
+    pub allowed: String,
+    pub unit: &'static str,
     pub summary: &'static str,
 }
 
-pub fn view(algo: &Algorithm) -> Result<(u32, Vec<ParamView>)> {
-    let p = loader::read_params(&loader::pin_dir(algo))?;
-    Ok((
-        p.version,
-        defs_for(algo)
+/// One algorithm's parameter set, as `ccctl tune --json` prints it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SetView {
+    pub algorithm: &'static str,
+    pub kernel_name: &'static str,
+    /// Bumped on every write; 0 = never written (defaults in force).
+    pub version: u32,
+    pub params: Vec<ParamView>,
+}
+
+/// The view of `p` for `algo`.
+pub fn view_of(algo: &Algorithm, p: &abi::ccctl_params) -> SetView {
+    SetView {
+        algorithm: algo.name,
+        kernel_name: algo.kernel_name,
+        version: p.version,
+        params: defs_for(algo)
             .iter()
             .map(|d| ParamView {
                 name: d.name,
-                value: d.current(&p),
+                flag: format!("--{}", d.flag),
+                value: d.current(p),
+                raw: d.raw(p),
                 default: d.default,
                 min: d.min,
                 max: d.max,
+                min_exclusive: d.min_exclusive,
+                max_exclusive: d.max_exclusive,
+                integer: d.integer,
+                allowed: d.allowed(),
+                unit: d.unit,
                 summary: d.summary,
             })
             .collect(),
-    ))
+    }
+}
+
+/// The parameters in force for a loaded `algo`.
+pub fn view(algo: &Algorithm) -> Result<SetView> {
+    Ok(view_of(algo, &read_loaded(algo)?))
+}
+
+/// The map of a loaded algorithm, or `NotLoaded`.
+fn read_loaded(algo: &Algorithm) -> Result<abi::ccctl_params> {
+    let dir = loader::pin_dir(algo);
+    if !has_params(&dir) {
+        return Err(Error::NotLoaded { algo: algo.name.into() });
+    }
+    loader::read_params(&dir)
+}
+
+/// A write: the set before and the set written.
+#[derive(Debug, Clone, Copy)]
+pub struct Change {
+    pub before: abi::ccctl_params,
+    pub after: abi::ccctl_params,
 }
 
 /// Validates every `(name, value)` for `algo` and writes them in one update
 /// (version bumped). Nothing is written if any is invalid. Returns the new
 /// version.
 pub fn apply(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32> {
-    let dir = loader::pin_dir(algo);
-    let next = validate(algo, changes, &loader::read_params(&dir)?)?;
-    loader::write_params(&dir, &next)?;
-    Ok(next.version)
+    Ok(update(algo, changes)?.after.version)
+}
+
+/// [`apply`], returning the set before and after.
+pub fn update(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<Change> {
+    let before = read_loaded(algo)?;
+    let after = validate(algo, changes, &before)?;
+    loader::write_params(&loader::pin_dir(algo), &after)?;
+    Ok(Change { before, after })
+}
+
+fn invalid(algo: &Algorithm, param: String, message: String) -> Error {
+    Error::InvalidParam { algo: algo.name.into(), param, message }
 }
 
 /// The parameter set `changes` would produce from `current`, or the first
-/// problem with the parameter named.
+/// problem with the parameter named. Unknown names are reported before any
+/// value, and the constraints between parameters (0 < w_min < w_max <= 1)
+/// are checked on the resulting set, in the map's fixed point.
 pub fn validate(
     algo: &Algorithm,
     changes: &BTreeMap<String, f64>,
     current: &abi::ccctl_params,
 ) -> Result<abi::ccctl_params> {
     let defs = defs_for(algo);
+    let mut resolved: Vec<(&ParamDef, &str, f64)> = Vec::new();
+    for (key, &v) in changes {
+        let Some(def) = lookup(defs, key) else {
+            return Err(invalid(
+                algo,
+                label(key),
+                format!(
+                    "not a parameter of {}; valid: {}",
+                    algo.name,
+                    if defs.is_empty() {
+                        "none (it has no tunable parameters)".to_string()
+                    } else {
+                        defs.iter().map(|d| d.label()).collect::<Vec<_>>().join(", ")
+                    }
+                ),
+            ));
+        };
+        if let Some((_, other, _)) = resolved.iter().find(|(d, _, _)| d.name == def.name) {
+            return Err(invalid(algo, def.label(), format!("given twice (as `{other}` and `{key}`)")));
+        }
+        resolved.push((def, key, v));
+    }
     let mut next = if current.version == 0 { loader::default_params() } else { *current };
-    for (name, &v) in changes {
-        let key = name.replace('-', "_");
-        let def = defs.iter().find(|d| d.name == key).ok_or_else(|| Error::InvalidParam {
-            algo: algo.name.into(),
-            param: name.clone(),
-            message: format!(
-                "not a parameter of {}; valid: {}",
-                algo.name,
-                defs.iter().map(|d| d.name).collect::<Vec<_>>().join(", ")
-            ),
-        })?;
-        let raw = def.encode(v).map_err(|message| Error::InvalidParam {
-            algo: algo.name.into(),
-            param: def.name.into(),
-            message,
-        })?;
+    for (def, _, v) in &resolved {
+        let raw = def.encode(*v).map_err(|m| invalid(algo, def.label(), m))?;
         (def.set)(&mut next, raw);
     }
+    check_window(algo, defs, &next, &resolved)?;
     next.version = current.version.wrapping_add(1).max(1);
     Ok(next)
+}
+
+/// 0 < w_min < w_max <= 1 on the set `p` (the single-value bounds already
+/// hold for values given now; this catches pairs, and a map someone else
+/// wrote). Values given in this call are quoted as given.
+fn check_window(
+    algo: &Algorithm,
+    defs: &[ParamDef],
+    p: &abi::ccctl_params,
+    given: &[(&ParamDef, &str, f64)],
+) -> Result<()> {
+    let has = |n: &str| defs.iter().any(|d| d.name == n);
+    if !(has(W_MIN.name) && has(W_MAX.name)) {
+        return Ok(());
+    }
+    let shown = |d: &ParamDef| {
+        given
+            .iter()
+            .find(|(g, _, _)| g.name == d.name)
+            .map(|(_, _, v)| *v)
+            .unwrap_or_else(|| d.display((d.get)(p)))
+    };
+    let (lo, hi) = (p.w_min, p.w_max);
+    let rule = "allowed: 0 < w_min < w_max <= 1";
+    if lo == 0 || lo as f64 >= W_UNIT {
+        return Err(invalid(algo, W_MIN.label(), format!("{} is out of range; {rule}", shown(&W_MIN))));
+    }
+    if hi == 0 || hi as f64 > W_UNIT {
+        return Err(invalid(algo, W_MAX.label(), format!("{} is out of range; {rule}", shown(&W_MAX))));
+    }
+    if lo >= hi {
+        let (a, b) = (shown(&W_MIN), shown(&W_MAX));
+        let note = if a < b { format!(" (equal in the map's steps of 1/{W_UNIT})") } else { String::new() };
+        return Err(invalid(
+            algo,
+            format!("{} and {}", W_MIN.label(), W_MAX.label()),
+            format!("w_min {a} must be below w_max {b}{note}; {rule}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The first parameter set of a fresh load: defaults with `changes`
+/// applied, version 1. Validated like any write, before anything loads.
+pub fn initial(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<abi::ccctl_params> {
+    validate(algo, changes, &abi::ccctl_params::default())
 }
 
 /// Replaces the whole set: defaults with `changes` applied, in one update
 /// (what a config file means: unlisted parameters are at their defaults).
 pub fn replace(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32> {
-    let dir = loader::pin_dir(algo);
-    let current = loader::read_params(&dir)?;
+    let current = read_loaded(algo)?;
     let base = abi::ccctl_params {
         version: current.version,
         ..loader::default_params()
     };
     let next = validate(algo, changes, &base)?;
-    loader::write_params(&dir, &next)?;
+    loader::write_params(&loader::pin_dir(algo), &next)?;
     Ok(next.version)
 }
 
 /// Restores every default (version bumped).
 pub fn reset(algo: &Algorithm) -> Result<u32> {
-    let dir = loader::pin_dir(algo);
-    let current = loader::read_params(&dir)?;
-    let mut next = loader::default_params();
-    next.version = current.version.wrapping_add(1).max(1);
-    loader::write_params(&dir, &next)?;
-    Ok(next.version)
+    Ok(reset_change(algo)?.after.version)
+}
+
+/// [`reset`], returning the set before and after.
+pub fn reset_change(algo: &Algorithm) -> Result<Change> {
+    let before = read_loaded(algo)?;
+    let mut after = loader::default_params();
+    after.version = before.version.wrapping_add(1).max(1);
+    loader::write_params(&loader::pin_dir(algo), &after)?;
+    Ok(Change { before, after })
 }
 
 /// True if `dir` has a params pin (the algorithm is loaded by ccctl).
@@ -193,12 +462,72 @@ pub fn has_params(dir: &Path) -> bool {
     dir.join("params").exists()
 }
 
+/// The one algorithm among `loaded` that has every parameter in `names`
+/// (`ccctl tune --wmin 0.7` without an algorithm), or why there is none.
+pub fn pick<'a>(loaded: &[&'a Algorithm], names: &[&str]) -> std::result::Result<&'a Algorithm, String> {
+    if loaded.is_empty() {
+        return Err("no ccctl algorithm is loaded; load one with `ccctl load ALGO` (see `ccctl list`)".into());
+    }
+    let fits: Vec<&'a Algorithm> = loaded
+        .iter()
+        .copied()
+        .filter(|a| names.iter().all(|n| lookup(defs_for(a), n).is_some()))
+        .collect();
+    let with_params = |list: &[&Algorithm]| {
+        list.iter()
+            .map(|a| {
+                let ps: Vec<_> = defs_for(a).iter().map(|d| d.name).collect();
+                format!("{} ({})", a.name, if ps.is_empty() { "no parameters".into() } else { ps.join(", ") })
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let wanted = if names.is_empty() {
+        String::new()
+    } else {
+        format!(" with {}", names.iter().map(|n| label(n)).collect::<Vec<_>>().join(", "))
+    };
+    match fits.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!("no loaded algorithm has every parameter named{wanted}; loaded: {}", with_params(loaded))),
+        many => Err(format!(
+            "several loaded algorithms fit{wanted}: {}; name one, e.g. `ccctl tune {} ...`",
+            with_params(many),
+            many[0].name
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loader::{Attached, LoadPlan};
 
     fn bbr() -> &'static Algorithm {
         crate::algos::find("bbr").expect("bbr exists")
+    }
+
+    fn never(_: &LoadPlan<'_>) -> Result<Attached> {
+        unreachable!("tests never register")
+    }
+
+    /// Parameters depend on the user name only; this stands in for the real
+    /// entry whether or not this build has it.
+    static MODEST: Algorithm = Algorithm {
+        name: "modest-bbr",
+        kernel_name: "modest_bbr",
+        summary: "test stand-in",
+        register: never,
+    };
+
+    fn ch(kv: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        kv.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    fn err(algo: &Algorithm, kv: &[(&str, f64)]) -> String {
+        validate(algo, &ch(kv), &loader::default_params())
+            .expect_err(&format!("{kv:?} should be refused"))
+            .to_string()
     }
 
     #[test]
@@ -206,11 +535,30 @@ mod tests {
         assert_eq!(CWND_GAIN.encode(2.0), Ok(512));
         assert_eq!(PROBE_UP_GAIN.encode(1.25), Ok(320));
         assert!(CWND_GAIN.encode(f64::NAN).unwrap_err().contains("not a number"));
-        assert!(CWND_GAIN.encode(f64::INFINITY).is_err());
+        assert!(CWND_GAIN.encode(f64::INFINITY).unwrap_err().contains("not a finite number"));
         assert!(CWND_GAIN.encode(-1.0).unwrap_err().contains("1 to 4"));
         assert!(CWND_GAIN.encode(4.5).is_err());
         let whole = ParamDef { integer: true, ..CWND_GAIN };
         assert!(whole.encode(2.5).unwrap_err().contains("whole number"));
+    }
+
+    #[test]
+    fn defaults_match_the_version_1_map() {
+        let d = loader::default_params();
+        for def in ALL {
+            assert_eq!(def.encode(def.default), Ok((def.get)(&d)), "{}", def.name);
+            assert_eq!(def.current(&abi::ccctl_params::default()), def.default, "{} at version 0", def.name);
+        }
+        assert_eq!((d.w_min, d.w_max, d.s_min), (768, 1024, 1));
+    }
+
+    #[test]
+    fn display_is_the_shortest_decimal_of_the_fixed_point() {
+        let raw = W_MIN.encode(0.6).expect("0.6 is valid");
+        assert_eq!(raw, 614);
+        assert_eq!(W_MIN.display(raw), 0.6);
+        assert_eq!(CWND_GAIN.display(CWND_GAIN.encode(1.1).expect("valid")), 1.1);
+        assert_eq!(S_MIN.display(7), 7.0);
     }
 
     #[test]
@@ -227,6 +575,103 @@ mod tests {
         ch.clear();
         ch.insert("wmin".to_string(), 0.5);
         let e = validate(bbr(), &ch, &cur).expect_err("bbr has no wmin");
-        assert!(e.to_string().contains("valid: cwnd_gain, probe_up_gain"), "{e}");
+        assert!(
+            e.to_string().contains("valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain)"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("w_min (--wmin)"), "{e}");
+    }
+
+    #[test]
+    fn version_bumps_from_zero_and_wraps_past_zero() {
+        let v0 = abi::ccctl_params::default();
+        assert_eq!(validate(bbr(), &BTreeMap::new(), &v0).expect("valid").version, 1);
+        let v7 = abi::ccctl_params { version: 7, ..loader::default_params() };
+        assert_eq!(validate(bbr(), &ch(&[("cwnd_gain", 3.0)]), &v7).expect("valid").version, 8);
+        let top = abi::ccctl_params { version: u32::MAX, ..loader::default_params() };
+        assert_eq!(validate(bbr(), &BTreeMap::new(), &top).expect("valid").version, 1, "0 would mean never written");
+    }
+
+    #[test]
+    fn modest_bbr_has_the_window_parameters_and_the_gains() {
+        let names: Vec<_> = defs_for(&MODEST).iter().map(|d| d.name).collect();
+        assert_eq!(names, ["cwnd_gain", "probe_up_gain", "w_min", "w_max", "s_min"]);
+        let next = validate(
+            &MODEST,
+            &ch(&[("wmin", 0.6), ("w_max", 0.9), ("smin", 4.0), ("cwnd-gain", 2.5)]),
+            &loader::default_params(),
+        )
+        .expect("valid");
+        assert_eq!((next.w_min, next.w_max, next.s_min, next.cwnd_gain), (614, 922, 4, 640));
+        assert_eq!(next.probe_up_gain, 320, "untouched");
+    }
+
+    #[test]
+    fn w_min_must_stay_below_w_max_on_the_resulting_set() {
+        let e = err(&MODEST, &[("w_min", 0.9), ("w_max", 0.8)]);
+        assert!(e.contains("w_min 0.9 must be below w_max 0.8"), "{e}");
+        assert!(e.contains("0 < w_min < w_max <= 1"), "{e}");
+        // Only w_max given, but the set in force has w_min 0.75.
+        let e = err(&MODEST, &[("w_max", 0.7)]);
+        assert!(e.contains("w_min 0.75 must be below w_max 0.7"), "{e}");
+        // ... and lowering both together is fine.
+        validate(&MODEST, &ch(&[("w_min", 0.5), ("w_max", 0.7)]), &loader::default_params()).expect("valid pair");
+        // Equal is not below.
+        assert!(err(&MODEST, &[("w_min", 0.8), ("w_max", 0.8)]).contains("must be below"));
+        // Distinct as typed but one step apart is less than the map's resolution.
+        let e = err(&MODEST, &[("w_min", 0.9999), ("w_max", 1.0)]);
+        assert!(e.contains("w_min (--wmin)"), "{e}");
+        for (v, needle) in [(0.0, "above 0"), (-0.5, "out of range"), (1.0, "below 1"), (0.0001, "rounds to 0")] {
+            let e = err(&MODEST, &[("wmin", v)]);
+            assert!(e.contains("w_min (--wmin)") && e.contains(needle), "{v}: {e}");
+        }
+        assert!(err(&MODEST, &[("wmax", 1.01)]).contains("up to 1"));
+        assert!(err(&MODEST, &[("wmax", 0.0)]).contains("w_max (--wmax)"));
+        // A map someone else wrote with the pair inverted is not made worse.
+        let bad = abi::ccctl_params { version: 3, w_min: 1000, w_max: 500, ..loader::default_params() };
+        let e = validate(&MODEST, &ch(&[("cwnd_gain", 3.0)]), &bad).expect_err("inverted pair in force");
+        assert!(e.to_string().contains("must be below"), "{e}");
+        // bbr ignores the window fields.
+        validate(bbr(), &ch(&[("cwnd_gain", 3.0)]), &bad).expect("bbr has no window");
+    }
+
+    #[test]
+    fn s_min_is_a_whole_number_of_packets_from_1_to_64() {
+        for ok in [1.0, 2.0, 64.0] {
+            validate(&MODEST, &ch(&[("s_min", ok)]), &loader::default_params()).expect("valid s_min");
+        }
+        assert!(err(&MODEST, &[("smin", 1.5)]).contains("whole number"));
+        for bad in [0.0, 65.0, -1.0] {
+            let e = err(&MODEST, &[("smin", bad)]);
+            assert!(e.contains("s_min (--smin)") && e.contains("1 to 64"), "{bad}: {e}");
+        }
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(err(&MODEST, &[("smin", bad)]).contains("s_min (--smin)"));
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_reported_first_and_list_the_valid_ones() {
+        let e = err(&MODEST, &[("cwnd_gain", f64::NAN), ("theta", 1.0)]);
+        assert!(e.contains("`theta`: not a parameter of modest-bbr"), "{e}");
+        assert!(
+            e.contains("valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain), w_min (--wmin), w_max (--wmax), s_min (--smin)"),
+            "{e}"
+        );
+        let e = err(&MODEST, &[("w_min", 0.5), ("wmin", 0.6)]);
+        assert!(e.contains("given twice"), "{e}");
+    }
+
+    #[test]
+    fn pick_infers_the_one_loaded_algorithm_with_every_parameter() {
+        let b = bbr();
+        assert_eq!(pick(&[b, &MODEST], &["w_min"]).map(|a| a.name), Ok("modest-bbr"));
+        assert_eq!(pick(&[b], &["cwnd_gain"]).map(|a| a.name), Ok("bbr"));
+        assert_eq!(pick(&[&MODEST], &[]).map(|a| a.name), Ok("modest-bbr"));
+        let e = pick(&[b, &MODEST], &["cwnd_gain"]).map(|a| a.name).expect_err("both have it");
+        assert!(e.contains("several") && e.contains("bbr (") && e.contains("modest-bbr ("), "{e}");
+        let e = pick(&[b], &["w_min"]).map(|a| a.name).expect_err("bbr has no w_min");
+        assert!(e.contains("w_min (--wmin)") && e.contains("loaded: bbr (cwnd_gain, probe_up_gain)"), "{e}");
+        assert!(pick(&[], &["w_min"]).map(|a| a.name).expect_err("nothing loaded").contains("no ccctl algorithm is loaded"));
     }
 }

@@ -62,6 +62,12 @@ pub enum Error {
     #[error("{algo} is not loaded; load it first with `ccctl load {algo}`")]
     NotLoaded { algo: String },
 
+    #[error(
+        "{algo} is already loaded, so initial parameters would not apply; nothing changed. \
+         Change its parameters with `ccctl tune {algo} ...` (or unload it first)"
+    )]
+    AlreadyLoaded { algo: String },
+
     #[error("{what}: {source}")]
     Bpf {
         what: String,

@@ -52,7 +52,7 @@ pub fn shared_dir() -> PathBuf {
     pin_root().join("shared")
 }
 
-/// Default parameters, as the BPF side assumes for version 0.
+/// Default parameters (version 1), as the BPF side assumes for version 0.
 pub fn default_params() -> abi::ccctl_params {
     abi::ccctl_params {
         version: 1,
@@ -112,6 +112,9 @@ pub struct LoadPlan<'a> {
     pub kernel: &'a Kernel,
     pub pin_dir: PathBuf,
     pub fault_inject: u32,
+    /// Written into the params map before registration, so the first flow
+    /// already runs on it.
+    pub params: abi::ccctl_params,
 }
 
 /// Proof that an algorithm was registered and pinned.
@@ -125,6 +128,10 @@ pub struct LoadOptions {
     pub set_default: bool,
     /// `CCCTL_FAULT_*` bits (tests only).
     pub fault_inject: u32,
+    /// Initial parameter set, already validated (`params::initial`); `None`:
+    /// the defaults. Refused with `AlreadyLoaded` if the algorithm is loaded,
+    /// rather than silently ignored: `ccctl tune` changes a loaded one.
+    pub params: Option<abi::ccctl_params>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,6 +164,9 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
                 pin_dir: dir,
             });
         }
+        if opts.params.is_some() {
+            return Err(Error::AlreadyLoaded { algo: algo.name.into() });
+        }
         let mut made_default = false;
         if opts.set_default && kernel::default_congestion_control()? != algo.kernel_name {
             let mut meta = read_meta(&dir)?;
@@ -180,6 +190,7 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
         kernel: &kernel,
         pin_dir: dir.clone(),
         fault_inject: opts.fault_inject,
+        params: opts.params.unwrap_or_else(default_params),
     };
     let attached = (algo.register)(&plan)?;
 
@@ -321,6 +332,15 @@ where
         .iter()
         .position(|m| m.name() == OsStr::new(wanted))
         .ok_or_else(|| missing_map(wanted))?;
+    let params_idx = maps
+        .iter()
+        .position(|m| m.name() == OsStr::new(MAP_PARAMS))
+        .ok_or_else(|| missing_map(MAP_PARAMS))?;
+    // The initial parameters go in before registration: no flow can pick the
+    // algorithm before they are in force.
+    maps[params_idx]
+        .update(&0u32.to_ne_bytes(), params_bytes(&plan.params), MapFlags::ANY)
+        .map_err(bpf("writing the initial parameters"))?;
     // Registration happens here; until `disconnect` below, dropping `link`
     // unregisters again, so every early return leaves the kernel as it was.
     let mut link = maps[ops_idx].attach_struct_ops().map_err(bpf(format!(
@@ -346,14 +366,9 @@ where
         maps[meta_idx]
             .pin(plan.pin_dir.join(MAP_META))
             .map_err(bpf("pinning the meta map"))?;
-        let params_idx = maps
-            .iter()
-            .position(|m| m.name() == OsStr::new(MAP_PARAMS))
-            .ok_or_else(|| missing_map(MAP_PARAMS))?;
         maps[params_idx]
             .pin(plan.pin_dir.join(MAP_PARAMS))
             .map_err(bpf("pinning the params map"))?;
-        write_params(&plan.pin_dir, &default_params())?;
         Ok(())
     };
     if let Err(e) = pin() {
@@ -468,12 +483,15 @@ pub fn read_params(dir: &Path) -> Result<abi::ccctl_params> {
 pub fn write_params(dir: &Path, p: &abi::ccctl_params) -> Result<()> {
     let path = dir.join(MAP_PARAMS);
     let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
-    // SAFETY: plain old data of u32 fields, no padding.
-    let bytes = unsafe {
-        std::slice::from_raw_parts((p as *const abi::ccctl_params).cast::<u8>(), std::mem::size_of::<abi::ccctl_params>())
-    };
-    map.update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
+    map.update(&0u32.to_ne_bytes(), params_bytes(p), MapFlags::ANY)
         .map_err(bpf("writing the params map"))
+}
+
+fn params_bytes(p: &abi::ccctl_params) -> &[u8] {
+    // SAFETY: plain old data of u32 fields, no padding.
+    unsafe {
+        std::slice::from_raw_parts((p as *const abi::ccctl_params).cast::<u8>(), std::mem::size_of::<abi::ccctl_params>())
+    }
 }
 
 fn write_meta(dir: &Path, meta: &abi::ccctl_meta) -> Result<()> {

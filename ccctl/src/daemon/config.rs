@@ -9,6 +9,8 @@
 //! name = "bbr"                # ccctl user or kernel name
 //! default = false             # make it net.ipv4.tcp_congestion_control
 //! params = { cwnd_gain = 2.0, probe_up_gain = 1.25 }
+//!                             # modest-bbr also: w_min, w_max, s_min (or wmin,
+//!                             # wmax, smin); unlisted ones are at their defaults
 //!
 //! [trace]                     # optional: per-ACK traces to rotating Parquet files
 //! out_dir = "/var/lib/ccctl/traces"

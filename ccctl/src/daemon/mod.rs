@@ -186,16 +186,21 @@ struct State {
 fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> Result<()> {
     for a in &cfg.algorithms {
         let algo = algos::find(&a.name)?;
+        let mut written = false;
         if !kernel::is_registered(algo.kernel_name)? {
+            // Its parameters are in the map before it is registered.
+            let initial = params::initial(algo, &a.params)?;
             loader::load(
                 algo,
                 &LoadOptions {
                     set_default: a.default,
+                    params: Some(initial),
                     ..Default::default()
                 },
             )?;
             state.loaded_by_us.insert(algo.name);
-            tracing::info!(algo = algo.name, "loaded");
+            written = true;
+            tracing::info!(algo = algo.name, params = ?a.params, "loaded");
         } else if a.default {
             loader::load(
                 algo,
@@ -206,7 +211,7 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
             )?;
         }
         let before = prev.and_then(|p| p.algorithms.iter().find(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name)));
-        if before.map(|b| &b.params) != Some(&a.params) {
+        if !written && before.map(|b| &b.params) != Some(&a.params) {
             // Unlisted parameters go back to their defaults: the file is the
             // truth. One map update, so flows never see a half-applied set.
             let v = params::replace(algo, &a.params)?;

@@ -2,12 +2,15 @@
 mod lab;
 mod trace;
 
-use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
     abi, algos, kernel,
     loader::{self, LoadOptions, LoadOutcome, UnloadOutcome},
+    params,
 };
 
 #[derive(Debug, Parser)]
@@ -33,6 +36,8 @@ pub enum Command {
     Unload(UnloadArgs),
     /// Every algorithm built into this binary, its kernel name, loaded or not.
     List(JsonArg),
+    /// Show or change a loaded algorithm's parameters; running flows pick changes up at their next ACK.
+    Tune(TuneArgs),
     /// What is loaded, since when, the kernel version and the ABI in use.
     Status(JsonArg),
     /// Experiments on a namespace dumbbell: throughput, delay, retransmissions, fairness, harm.
@@ -72,6 +77,64 @@ pub struct LoadArgs {
     /// Also make it the system default (net.ipv4.tcp_congestion_control); unload restores the previous one.
     #[arg(long)]
     pub default: bool,
+    /// Initial parameters (defaults for the rest), in force before the first flow can use it.
+    #[command(flatten)]
+    pub values: ParamFlags,
+}
+
+/// Parameter values, real numbers (fixed point in the map). Parsed as any
+/// f64, NaN, infinities and negative numbers included, so that range
+/// checks in `params` name the parameter and what is allowed.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ParamFlags {
+    /// Modest BBR: W_min, lower end of the window search, fraction of BBR's cwnd (0 < W_min < W_max; default 0.75).
+    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    pub wmin: Option<f64>,
+    /// Modest BBR: W_max, upper end of the window search, fraction of BBR's cwnd (W_min < W_max <= 1; default 1.0).
+    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    pub wmax: Option<f64>,
+    /// Modest BBR: S_min, smallest window search step in packets (whole, 1 to 64; default 1).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, help_heading = "Parameters")]
+    pub smin: Option<f64>,
+    /// BBR family: PROBE_BW cwnd gain, in-flight cap in BDPs (1 to 4; default 2).
+    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    pub cwnd_gain: Option<f64>,
+    /// BBR family: PROBE_BW up-probe pacing gain (1 to 2; default 1.25).
+    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    pub probe_up_gain: Option<f64>,
+}
+
+/// Ids of the `ParamFlags` arguments, for `--reset`'s conflicts.
+const PARAM_FLAG_IDS: [&str; 5] = ["wmin", "wmax", "smin", "cwnd_gain", "probe_up_gain"];
+
+impl ParamFlags {
+    /// The values given, by parameter name.
+    pub fn changes(&self) -> BTreeMap<String, f64> {
+        [
+            (params::W_MIN.name, self.wmin),
+            (params::W_MAX.name, self.wmax),
+            (params::S_MIN.name, self.smin),
+            (params::CWND_GAIN.name, self.cwnd_gain),
+            (params::PROBE_UP_GAIN.name, self.probe_up_gain),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+        .collect()
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    /// Algorithm to tune; may be left out when exactly one loaded algorithm has every parameter named.
+    pub algo: Option<String>,
+    #[command(flatten)]
+    pub values: ParamFlags,
+    /// Print JSON (algorithm, version, and per parameter its value, default and bounds).
+    #[arg(long)]
+    pub json: bool,
+    /// Restore every parameter's default.
+    #[arg(long, conflicts_with_all = PARAM_FLAG_IDS)]
+    pub reset: bool,
 }
 
 #[derive(Debug, Args)]
@@ -96,6 +159,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Load(args) => load(args),
         Command::Unload(args) => unload(args),
         Command::List(args) => list(args),
+        Command::Tune(args) => tune(args),
         Command::Status(args) => status(args),
         Command::Lab(cmd) => lab::run(cmd, cli.verbose),
         Command::Trace(args) => trace::run(args),
@@ -127,9 +191,13 @@ fn fault_inject_from_env() -> Result<u32> {
 
 fn load(args: LoadArgs) -> Result<()> {
     let algo = algos::find(&args.algo)?;
+    // Validated before anything is loaded: a bad value loads nothing.
+    let changes = args.values.changes();
+    let initial = if changes.is_empty() { None } else { Some(params::initial(algo, &changes)?) };
     let opts = LoadOptions {
         set_default: args.default,
         fault_inject: fault_inject_from_env()?,
+        params: initial,
     };
     match loader::load(algo, &opts)? {
         LoadOutcome::Loaded {
@@ -143,6 +211,15 @@ fn load(args: LoadArgs) -> Result<()> {
                 kernel::describe_abi(abi),
                 loader::pin_dir(algo).display()
             );
+            if let Some(p) = initial {
+                let given: Vec<_> = params::view_of(algo, &p)
+                    .params
+                    .into_iter()
+                    .filter(|v| changes.contains_key(v.name))
+                    .map(|v| format!("{} {} (default {})", v.name, v.value, v.default))
+                    .collect();
+                println!("initial parameters: {}; the rest at their defaults", given.join(", "));
+            }
             if let Some(prev) = previous_default {
                 println!(
                     "default congestion control: {prev} -> {} (unload restores {prev})",
@@ -187,6 +264,85 @@ fn unload(args: UnloadArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn tune(args: TuneArgs) -> Result<()> {
+    kernel::check_privileges()?;
+    let changes = args.values.changes();
+    let algo = match &args.algo {
+        Some(name) => algos::find(name)?,
+        None => {
+            let names: Vec<&str> = changes.keys().map(String::as_str).collect();
+            params::pick(&params::loaded()?, &names).map_err(|e| anyhow!("{e}"))?
+        }
+    };
+    let change = if args.reset {
+        params::reset_change(algo)?
+    } else if changes.is_empty() {
+        let view = params::view(algo)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&view)?);
+        } else {
+            print_params(&view);
+        }
+        return Ok(());
+    } else {
+        params::update(algo, &changes)?
+    };
+    let (before, after) = (params::view_of(algo, &change.before), params::view_of(algo, &change.after));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&after)?);
+        return Ok(());
+    }
+    println!(
+        "{} (`{}`): parameter set version {} -> {}{}",
+        algo.name,
+        algo.kernel_name,
+        before.version,
+        after.version,
+        if args.reset { ", defaults restored" } else { "" }
+    );
+    let mut any = false;
+    for (b, a) in before.params.iter().zip(&after.params) {
+        if b.raw != a.raw {
+            println!("  {:<14} {} -> {}", a.name, b.value, a.value);
+            any = true;
+        }
+    }
+    if !any {
+        println!("  no value changed");
+    }
+    println!("running flows use the new set from their next ACK");
+    Ok(())
+}
+
+fn print_params(v: &params::SetView) {
+    println!(
+        "{} (`{}`): parameter set version {}{}",
+        v.algorithm,
+        v.kernel_name,
+        v.version,
+        if v.version == 0 { " (never written: defaults in force)" } else { "" }
+    );
+    if v.params.is_empty() {
+        println!("no tunable parameters");
+        return;
+    }
+    println!(
+        "{:<14} {:<16} {:>8} {:>8}  {:<22} UNIT",
+        "PARAMETER", "FLAG", "VALUE", "DEFAULT", "ALLOWED"
+    );
+    for p in &v.params {
+        let allowed = match p.name {
+            "w_min" => "above 0, below w_max".to_string(),
+            "w_max" => "above w_min, up to 1".to_string(),
+            _ => p.allowed.clone(),
+        };
+        println!(
+            "{:<14} {:<16} {:>8} {:>8}  {:<22} {}",
+            p.name, p.flag, p.value, p.default, allowed, p.unit
+        );
+    }
 }
 
 fn list(args: JsonArg) -> Result<()> {

@@ -332,6 +332,7 @@ pub fn apply(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32> {
 
 /// [`apply`], returning the set before and after.
 pub fn update(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<Change> {
+    resolve(algo, changes)?; // unknown names before "not loaded"
     let before = read_loaded(algo)?;
     let after = validate(algo, changes, &before)?;
     loader::write_params(&loader::pin_dir(algo), &after)?;
@@ -351,6 +352,20 @@ pub fn validate(
     changes: &BTreeMap<String, f64>,
     current: &abi::ccctl_params,
 ) -> Result<abi::ccctl_params> {
+    let resolved = resolve(algo, changes)?;
+    let mut next = if current.version == 0 { loader::default_params() } else { *current };
+    for (def, _, v) in &resolved {
+        let raw = def.encode(*v).map_err(|m| invalid(algo, def.label(), m))?;
+        (def.set)(&mut next, raw);
+    }
+    check_window(algo, defs_for(algo), &next, &resolved)?;
+    next.version = current.version.wrapping_add(1).max(1);
+    Ok(next)
+}
+
+/// Each key's definition, or the first key `algo` does not have (with
+/// the valid ones listed) or that is given twice.
+fn resolve<'c>(algo: &Algorithm, changes: &'c BTreeMap<String, f64>) -> Result<Vec<(&'static ParamDef, &'c str, f64)>> {
     let defs = defs_for(algo);
     let mut resolved: Vec<(&ParamDef, &str, f64)> = Vec::new();
     for (key, &v) in changes {
@@ -374,14 +389,7 @@ pub fn validate(
         }
         resolved.push((def, key, v));
     }
-    let mut next = if current.version == 0 { loader::default_params() } else { *current };
-    for (def, _, v) in &resolved {
-        let raw = def.encode(*v).map_err(|m| invalid(algo, def.label(), m))?;
-        (def.set)(&mut next, raw);
-    }
-    check_window(algo, defs, &next, &resolved)?;
-    next.version = current.version.wrapping_add(1).max(1);
-    Ok(next)
+    Ok(resolved)
 }
 
 /// 0 < w_min < w_max <= 1 on the set `p` (the single-value bounds already
@@ -460,6 +468,17 @@ pub fn reset_change(algo: &Algorithm) -> Result<Change> {
 /// True if `dir` has a params pin (the algorithm is loaded by ccctl).
 pub fn has_params(dir: &Path) -> bool {
     dir.join("params").exists()
+}
+
+/// Algorithms ccctl has loaded (registered, with a params pin).
+pub fn loaded() -> Result<Vec<&'static Algorithm>> {
+    let mut out = Vec::new();
+    for a in crate::algos::ALGORITHMS {
+        if has_params(&loader::pin_dir(a)) && crate::kernel::is_registered(a.kernel_name)? {
+            out.push(a);
+        }
+    }
+    Ok(out)
 }
 
 /// The one algorithm among `loaded` that has every parameter in `names`

@@ -83,24 +83,24 @@ pub struct LoadArgs {
 }
 
 /// Parameter values, real numbers (fixed point in the map). Parsed as any
-/// f64, NaN, infinities and negative numbers included, so that range
+/// f64, NaN, infinities and negative numbers (`-1`, `-inf`) included, so range
 /// checks in `params` name the parameter and what is allowed.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ParamFlags {
     /// Modest BBR: W_min, lower end of the window search, fraction of BBR's cwnd (0 < W_min < W_max; default 0.75).
-    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
     pub wmin: Option<f64>,
     /// Modest BBR: W_max, upper end of the window search, fraction of BBR's cwnd (W_min < W_max <= 1; default 1.0).
-    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
     pub wmax: Option<f64>,
     /// Modest BBR: S_min, smallest window search step in packets (whole, 1 to 64; default 1).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, help_heading = "Parameters")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, help_heading = "Parameters")]
     pub smin: Option<f64>,
     /// BBR family: PROBE_BW cwnd gain, in-flight cap in BDPs (1 to 4; default 2).
-    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
     pub cwnd_gain: Option<f64>,
     /// BBR family: PROBE_BW up-probe pacing gain (1 to 2; default 1.25).
-    #[arg(long, value_name = "X", allow_negative_numbers = true, help_heading = "Parameters")]
+    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
     pub probe_up_gain: Option<f64>,
 }
 

@@ -333,14 +333,9 @@ fn print_params(v: &params::SetView) {
         "PARAMETER", "FLAG", "VALUE", "DEFAULT", "ALLOWED"
     );
     for p in &v.params {
-        let allowed = match p.name {
-            "w_min" => "above 0, below w_max".to_string(),
-            "w_max" => "above w_min, up to 1".to_string(),
-            _ => p.allowed.clone(),
-        };
         println!(
             "{:<14} {:<16} {:>8} {:>8}  {:<22} {}",
-            p.name, p.flag, p.value, p.default, allowed, p.unit
+            p.name, p.flag, p.value, p.default, p.allowed, p.unit
         );
     }
 }

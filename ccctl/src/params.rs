@@ -183,6 +183,16 @@ impl ParamDef {
         format!("{lo}{sep}{hi}{whole}")
     }
 
+    /// [`allowed`](Self::allowed), with the constraints between
+    /// parameters: `above 0, below w_max` for w_min.
+    pub fn allowed_in_set(&self) -> String {
+        match self.name {
+            "w_min" => "above 0, below w_max".into(),
+            "w_max" => "above w_min, up to 1".into(),
+            _ => self.allowed(),
+        }
+    }
+
     /// Real value -> fixed point, or why not.
     pub fn encode(&self, v: f64) -> std::result::Result<u32, String> {
         let allowed = self.allowed();
@@ -294,7 +304,7 @@ pub fn view_of(algo: &Algorithm, p: &abi::ccctl_params) -> SetView {
                 min_exclusive: d.min_exclusive,
                 max_exclusive: d.max_exclusive,
                 integer: d.integer,
-                allowed: d.allowed(),
+                allowed: d.allowed_in_set(),
                 unit: d.unit,
                 summary: d.summary,
             })

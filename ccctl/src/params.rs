@@ -326,6 +326,32 @@ fn read_loaded(algo: &Algorithm) -> Result<abi::ccctl_params> {
     loader::read_params(&dir)
 }
 
+/// Serializes read-modify-write cycles (`ccctl tune` against another
+/// `ccctl tune` or the daemon's SIGHUP), so a concurrent write is never lost.
+/// Held microseconds; released by the kernel when dropped or on exit.
+const WRITE_LOCK: &str = "/run/ccctl/params.lock";
+
+struct WriteLock(#[allow(dead_code)] std::fs::File);
+
+fn write_lock() -> Result<WriteLock> {
+    use std::os::fd::AsRawFd;
+    let path = Path::new(WRITE_LOCK);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(crate::error::io(format!("creating {}", dir.display())))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(crate::error::io(format!("opening {WRITE_LOCK}")))?;
+    // SAFETY: flock on a descriptor we own; blocking, the holder is quick.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(crate::error::io(format!("locking {WRITE_LOCK}"))(std::io::Error::last_os_error()));
+    }
+    Ok(WriteLock(file))
+}
+
 /// A write: the set before and the set written.
 #[derive(Debug, Clone, Copy)]
 pub struct Change {
@@ -343,6 +369,8 @@ pub fn apply(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32> {
 /// [`apply`], returning the set before and after.
 pub fn update(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<Change> {
     resolve(algo, changes)?; // unknown names before "not loaded"
+    read_loaded(algo)?;
+    let _lock = write_lock()?;
     let before = read_loaded(algo)?;
     let after = validate(algo, changes, &before)?;
     loader::write_params(&loader::pin_dir(algo), &after)?;
@@ -451,6 +479,8 @@ pub fn initial(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<abi:
 /// Replaces the whole set: defaults with `changes` applied, in one update
 /// (what a config file means: unlisted parameters are at their defaults).
 pub fn replace(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32> {
+    read_loaded(algo)?;
+    let _lock = write_lock()?;
     let current = read_loaded(algo)?;
     let base = abi::ccctl_params {
         version: current.version,
@@ -468,6 +498,8 @@ pub fn reset(algo: &Algorithm) -> Result<u32> {
 
 /// [`reset`], returning the set before and after.
 pub fn reset_change(algo: &Algorithm) -> Result<Change> {
+    read_loaded(algo)?;
+    let _lock = write_lock()?;
     let before = read_loaded(algo)?;
     let mut after = loader::default_params();
     after.version = before.version.wrapping_add(1).max(1);

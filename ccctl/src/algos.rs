@@ -56,6 +56,11 @@ pub static ALGORITHMS: &[Algorithm] = &[Algorithm {
     kernel_name: "bpf_bbr",
     summary: "BBR v1 in BPF, our baseline (startup, drain, probe_bw, probe_rtt)",
     register: skeleton_register!(bbr::BbrSkelBuilder),
+}, Algorithm {
+    name: "modest-bbr",
+    kernel_name: "modest_bbr",
+    summary: "Modest BBR: BBR v1 plus a retransmission-driven window search in probe_bw (W_min, W_max, S_min)",
+    register: skeleton_register!(modest_bbr::ModestBbrSkelBuilder),
 }];
 
 /// Find an algorithm by its user or kernel name.

@@ -10,3 +10,7 @@
 pub mod bbr {
     include!(concat!(env!("OUT_DIR"), "/bbr.skel.rs"));
 }
+
+pub mod modest_bbr {
+    include!(concat!(env!("OUT_DIR"), "/modest_bbr.skel.rs"));
+}

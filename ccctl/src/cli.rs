@@ -87,20 +87,45 @@ pub struct LoadArgs {
 /// checks in `params` name the parameter and what is allowed.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ParamFlags {
-    /// Modest BBR: W_min, lower end of the window search, fraction of BBR's cwnd (0 < W_min < W_max; default 0.75).
-    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
+    /// Modest BBR: W_min, lower end of the window search, fraction of BBR's cwnd (0.125 <= W_min < W_max; default 0.75).
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
     pub wmin: Option<f64>,
     /// Modest BBR: W_max, upper end of the window search, fraction of BBR's cwnd (W_min < W_max <= 1; default 1.0).
-    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
     pub wmax: Option<f64>,
     /// Modest BBR: S_min, smallest window search step in packets (whole, 1 to 64; default 1).
-    #[arg(long, value_name = "N", allow_hyphen_values = true, help_heading = "Parameters")]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
     pub smin: Option<f64>,
     /// BBR family: PROBE_BW cwnd gain, in-flight cap in BDPs (1 to 4; default 2).
-    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
     pub cwnd_gain: Option<f64>,
     /// BBR family: PROBE_BW up-probe pacing gain (1 to 2; default 1.25).
-    #[arg(long, value_name = "X", allow_hyphen_values = true, help_heading = "Parameters")]
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
     pub probe_up_gain: Option<f64>,
 }
 
@@ -193,7 +218,11 @@ fn load(args: LoadArgs) -> Result<()> {
     let algo = algos::find(&args.algo)?;
     // Validated before anything is loaded: a bad value loads nothing.
     let changes = args.values.changes();
-    let initial = if changes.is_empty() { None } else { Some(params::initial(algo, &changes)?) };
+    let initial = if changes.is_empty() {
+        None
+    } else {
+        Some(params::initial(algo, &changes)?)
+    };
     let opts = LoadOptions {
         set_default: args.default,
         fault_inject: fault_inject_from_env()?,
@@ -218,7 +247,10 @@ fn load(args: LoadArgs) -> Result<()> {
                     .filter(|v| changes.contains_key(v.name))
                     .map(|v| format!("{} {} (default {})", v.name, v.value, v.default))
                     .collect();
-                println!("initial parameters: {}; the rest at their defaults", given.join(", "));
+                println!(
+                    "initial parameters: {}; the rest at their defaults",
+                    given.join(", ")
+                );
             }
             if let Some(prev) = previous_default {
                 println!(
@@ -289,7 +321,10 @@ fn tune(args: TuneArgs) -> Result<()> {
     } else {
         params::update(algo, &changes)?
     };
-    let (before, after) = (params::view_of(algo, &change.before), params::view_of(algo, &change.after));
+    let (before, after) = (
+        params::view_of(algo, &change.before),
+        params::view_of(algo, &change.after),
+    );
     if args.json {
         println!("{}", serde_json::to_string_pretty(&after)?);
         return Ok(());
@@ -300,7 +335,11 @@ fn tune(args: TuneArgs) -> Result<()> {
         algo.kernel_name,
         before.version,
         after.version,
-        if args.reset { ", defaults restored" } else { "" }
+        if args.reset {
+            ", defaults restored"
+        } else {
+            ""
+        }
     );
     let mut any = false;
     for (b, a) in before.params.iter().zip(&after.params) {
@@ -322,7 +361,11 @@ fn print_params(v: &params::SetView) {
         v.algorithm,
         v.kernel_name,
         v.version,
-        if v.version == 0 { " (never written: defaults in force)" } else { "" }
+        if v.version == 0 {
+            " (never written: defaults in force)"
+        } else {
+            ""
+        }
     );
     if v.params.is_empty() {
         println!("no tunable parameters");

@@ -84,17 +84,23 @@ pub const PROBE_UP_GAIN: ParamDef = ParamDef {
     set: |p, v| p.probe_up_gain = v,
 };
 
+/// Smallest W_min: `modest_bbr.bpf.c` clamps W_min to at least 1/8
+/// (`MODEST_W_MIN_LO`: a smaller window could not measure btl_bw), so
+/// smaller values are refused rather than shown but not in force.
+pub const W_MIN_LO: f64 = 0.125;
+
 /// Modest BBR's W_min, a fraction of the BBR window, x1024 in the map.
-/// 0 < W_min < W_max (checked on the resulting set, see [`validate`]).
+/// 0.125 <= W_min < W_max (the pair checked on the resulting set, see
+/// [`validate`]); the 0 < W_min, narrowed to the BPF clamp.
 pub const W_MIN: ParamDef = ParamDef {
     name: "w_min",
     flag: "wmin",
     summary: "Modest BBR: lower end of the window search, fraction of BBR's cwnd",
     unit: "x cwnd",
     scale: W_UNIT,
-    min: 0.0,
+    min: W_MIN_LO,
     max: 1.0,
-    min_exclusive: true,
+    min_exclusive: false,
     max_exclusive: true,
     default: 0.75,
     integer: false,
@@ -103,14 +109,14 @@ pub const W_MIN: ParamDef = ParamDef {
 };
 
 /// Modest BBR's W_max, a fraction of the BBR window, x1024 in the map.
-/// W_min < W_max <= 1.
+/// W_min < W_max <= 1 (`MODEST_W_MAX_HI`: never above BBR's window).
 pub const W_MAX: ParamDef = ParamDef {
     name: "w_max",
     flag: "wmax",
     summary: "Modest BBR: upper end of the window search, fraction of BBR's cwnd",
     unit: "x cwnd",
     scale: W_UNIT,
-    min: 0.0,
+    min: W_MIN_LO,
     max: 1.0,
     min_exclusive: true,
     max_exclusive: false,
@@ -170,24 +176,35 @@ impl ParamDef {
         format!("{} (--{})", self.name, self.flag)
     }
 
-    /// The allowed range in words: `1 to 4`, `above 0, up to 1`, `above 0, below 1`.
+    /// The allowed range in words: `1 to 4`, `above 0.125, up to 1`,
+    /// `from 0.125, below 1`.
     pub fn allowed(&self) -> String {
-        let lo = if self.min_exclusive { format!("above {}", self.min) } else { format!("{}", self.min) };
+        let lo = if self.min_exclusive {
+            format!("above {}", self.min)
+        } else if self.max_exclusive {
+            format!("from {}", self.min)
+        } else {
+            format!("{}", self.min)
+        };
         let hi = match (self.min_exclusive || self.max_exclusive, self.max_exclusive) {
             (_, true) => format!("below {}", self.max),
             (true, false) => format!("up to {}", self.max),
             (false, false) => format!("{}", self.max),
         };
-        let sep = if self.min_exclusive || self.max_exclusive { ", " } else { " to " };
+        let sep = if self.min_exclusive || self.max_exclusive {
+            ", "
+        } else {
+            " to "
+        };
         let whole = if self.integer { ", a whole number" } else { "" };
         format!("{lo}{sep}{hi}{whole}")
     }
 
     /// [`allowed`](Self::allowed), with the constraints between
-    /// parameters: `above 0, below w_max` for w_min.
+    /// parameters: `from 0.125, below w_max` for w_min.
     pub fn allowed_in_set(&self) -> String {
         match self.name {
-            "w_min" => "above 0, below w_max".into(),
+            "w_min" => format!("from {W_MIN_LO}, below w_max"),
             "w_max" => "above w_min, up to 1".into(),
             _ => self.allowed(),
         }
@@ -202,8 +219,16 @@ impl ParamDef {
         if v.is_infinite() {
             return Err(format!("{v} is not a finite number; allowed: {allowed}"));
         }
-        let below = if self.min_exclusive { v <= self.min } else { v < self.min };
-        let above = if self.max_exclusive { v >= self.max } else { v > self.max };
+        let below = if self.min_exclusive {
+            v <= self.min
+        } else {
+            v < self.min
+        };
+        let above = if self.max_exclusive {
+            v >= self.max
+        } else {
+            v > self.max
+        };
         if below || above {
             return Err(format!("{v} is out of range; allowed: {allowed}"));
         }
@@ -211,7 +236,10 @@ impl ParamDef {
             return Err(format!("{v} must be a whole number; allowed: {allowed}"));
         }
         let raw = (v * self.scale).round();
-        let (raw_min, raw_max) = ((self.min * self.scale).round(), (self.max * self.scale).round());
+        let (raw_min, raw_max) = (
+            (self.min * self.scale).round(),
+            (self.max * self.scale).round(),
+        );
         if (self.min_exclusive && raw <= raw_min) || (self.max_exclusive && raw >= raw_max) {
             return Err(format!(
                 "{v} rounds to {} in the map's steps of 1/{}; allowed: {allowed}",
@@ -321,7 +349,9 @@ pub fn view(algo: &Algorithm) -> Result<SetView> {
 fn read_loaded(algo: &Algorithm) -> Result<abi::ccctl_params> {
     let dir = loader::pin_dir(algo);
     if !has_params(&dir) {
-        return Err(Error::NotLoaded { algo: algo.name.into() });
+        return Err(Error::NotLoaded {
+            algo: algo.name.into(),
+        });
     }
     loader::read_params(&dir)
 }
@@ -337,7 +367,8 @@ fn write_lock() -> Result<WriteLock> {
     use std::os::fd::AsRawFd;
     let path = Path::new(WRITE_LOCK);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(crate::error::io(format!("creating {}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(crate::error::io(format!("creating {}", dir.display())))?;
     }
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -347,7 +378,9 @@ fn write_lock() -> Result<WriteLock> {
         .map_err(crate::error::io(format!("opening {WRITE_LOCK}")))?;
     // SAFETY: flock on a descriptor we own; blocking, the holder is quick.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(crate::error::io(format!("locking {WRITE_LOCK}"))(std::io::Error::last_os_error()));
+        return Err(crate::error::io(format!("locking {WRITE_LOCK}"))(
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(WriteLock(file))
 }
@@ -378,7 +411,11 @@ pub fn update(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<Chang
 }
 
 fn invalid(algo: &Algorithm, param: String, message: String) -> Error {
-    Error::InvalidParam { algo: algo.name.into(), param, message }
+    Error::InvalidParam {
+        algo: algo.name.into(),
+        param,
+        message,
+    }
 }
 
 /// The parameter set `changes` would produce from `current`, or the first
@@ -391,7 +428,11 @@ pub fn validate(
     current: &abi::ccctl_params,
 ) -> Result<abi::ccctl_params> {
     let resolved = resolve(algo, changes)?;
-    let mut next = if current.version == 0 { loader::default_params() } else { *current };
+    let mut next = if current.version == 0 {
+        loader::default_params()
+    } else {
+        *current
+    };
     for (def, _, v) in &resolved {
         let raw = def.encode(*v).map_err(|m| invalid(algo, def.label(), m))?;
         (def.set)(&mut next, raw);
@@ -403,7 +444,10 @@ pub fn validate(
 
 /// Each key's definition, or the first key `algo` does not have (with
 /// the valid ones listed) or that is given twice.
-fn resolve<'c>(algo: &Algorithm, changes: &'c BTreeMap<String, f64>) -> Result<Vec<(&'static ParamDef, &'c str, f64)>> {
+fn resolve<'c>(
+    algo: &Algorithm,
+    changes: &'c BTreeMap<String, f64>,
+) -> Result<Vec<(&'static ParamDef, &'c str, f64)>> {
     let defs = defs_for(algo);
     let mut resolved: Vec<(&ParamDef, &str, f64)> = Vec::new();
     for (key, &v) in changes {
@@ -417,20 +461,27 @@ fn resolve<'c>(algo: &Algorithm, changes: &'c BTreeMap<String, f64>) -> Result<V
                     if defs.is_empty() {
                         "none (it has no tunable parameters)".to_string()
                     } else {
-                        defs.iter().map(|d| d.label()).collect::<Vec<_>>().join(", ")
+                        defs.iter()
+                            .map(|d| d.label())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
                 ),
             ));
         };
         if let Some((_, other, _)) = resolved.iter().find(|(d, _, _)| d.name == def.name) {
-            return Err(invalid(algo, def.label(), format!("given twice (as `{other}` and `{key}`)")));
+            return Err(invalid(
+                algo,
+                def.label(),
+                format!("given twice (as `{other}` and `{key}`)"),
+            ));
         }
         resolved.push((def, key, v));
     }
     Ok(resolved)
 }
 
-/// 0 < w_min < w_max <= 1 on the set `p` (the single-value bounds already
+/// 0.125 <= w_min < w_max <= 1 on the set `p` (the single-value bounds already
 /// hold for values given now; this catches pairs, and a map someone else
 /// wrote). Values given in this call are quoted as given.
 fn check_window(
@@ -451,16 +502,28 @@ fn check_window(
             .unwrap_or_else(|| d.display((d.get)(p)))
     };
     let (lo, hi) = (p.w_min, p.w_max);
-    let rule = "allowed: 0 < w_min < w_max <= 1";
-    if lo == 0 || lo as f64 >= W_UNIT {
-        return Err(invalid(algo, W_MIN.label(), format!("{} is out of range; {rule}", shown(&W_MIN))));
+    let rule = format!("allowed: {W_MIN_LO} <= w_min < w_max <= 1");
+    if (lo as f64) < W_MIN_LO * W_UNIT || lo as f64 >= W_UNIT {
+        return Err(invalid(
+            algo,
+            W_MIN.label(),
+            format!("{} is out of range; {rule}", shown(&W_MIN)),
+        ));
     }
-    if hi == 0 || hi as f64 > W_UNIT {
-        return Err(invalid(algo, W_MAX.label(), format!("{} is out of range; {rule}", shown(&W_MAX))));
+    if hi as f64 <= W_MIN_LO * W_UNIT || hi as f64 > W_UNIT {
+        return Err(invalid(
+            algo,
+            W_MAX.label(),
+            format!("{} is out of range; {rule}", shown(&W_MAX)),
+        ));
     }
     if lo >= hi {
         let (a, b) = (shown(&W_MIN), shown(&W_MAX));
-        let note = if a < b { format!(" (equal in the map's steps of 1/{W_UNIT})") } else { String::new() };
+        let note = if a < b {
+            format!(" (equal in the map's steps of 1/{W_UNIT})")
+        } else {
+            String::new()
+        };
         return Err(invalid(
             algo,
             format!("{} and {}", W_MIN.label(), W_MAX.label()),
@@ -525,9 +588,15 @@ pub fn loaded() -> Result<Vec<&'static Algorithm>> {
 
 /// The one algorithm among `loaded` that has every parameter in `names`
 /// (`ccctl tune --wmin 0.7` without an algorithm), or why there is none.
-pub fn pick<'a>(loaded: &[&'a Algorithm], names: &[&str]) -> std::result::Result<&'a Algorithm, String> {
+pub fn pick<'a>(
+    loaded: &[&'a Algorithm],
+    names: &[&str],
+) -> std::result::Result<&'a Algorithm, String> {
     if loaded.is_empty() {
-        return Err("no ccctl algorithm is loaded; load one with `ccctl load ALGO` (see `ccctl list`)".into());
+        return Err(
+            "no ccctl algorithm is loaded; load one with `ccctl load ALGO` (see `ccctl list`)"
+                .into(),
+        );
     }
     let fits: Vec<&'a Algorithm> = loaded
         .iter()
@@ -538,7 +607,15 @@ pub fn pick<'a>(loaded: &[&'a Algorithm], names: &[&str]) -> std::result::Result
         list.iter()
             .map(|a| {
                 let ps: Vec<_> = defs_for(a).iter().map(|d| d.name).collect();
-                format!("{} ({})", a.name, if ps.is_empty() { "no parameters".into() } else { ps.join(", ") })
+                format!(
+                    "{} ({})",
+                    a.name,
+                    if ps.is_empty() {
+                        "no parameters".into()
+                    } else {
+                        ps.join(", ")
+                    }
+                )
             })
             .collect::<Vec<_>>()
             .join("; ")
@@ -546,11 +623,21 @@ pub fn pick<'a>(loaded: &[&'a Algorithm], names: &[&str]) -> std::result::Result
     let wanted = if names.is_empty() {
         String::new()
     } else {
-        format!(" with {}", names.iter().map(|n| label(n)).collect::<Vec<_>>().join(", "))
+        format!(
+            " with {}",
+            names
+                .iter()
+                .map(|n| label(n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     };
     match fits.as_slice() {
         [one] => Ok(one),
-        [] => Err(format!("no loaded algorithm has every parameter named{wanted}; loaded: {}", with_params(loaded))),
+        [] => Err(format!(
+            "no loaded algorithm has every parameter named{wanted}; loaded: {}",
+            with_params(loaded)
+        )),
         many => Err(format!(
             "several loaded algorithms fit{wanted}: {}; name one, e.g. `ccctl tune {} ...`",
             with_params(many),
@@ -595,11 +682,20 @@ mod tests {
     fn encode_checks_range_nan_and_wholeness() {
         assert_eq!(CWND_GAIN.encode(2.0), Ok(512));
         assert_eq!(PROBE_UP_GAIN.encode(1.25), Ok(320));
-        assert!(CWND_GAIN.encode(f64::NAN).unwrap_err().contains("not a number"));
-        assert!(CWND_GAIN.encode(f64::INFINITY).unwrap_err().contains("not a finite number"));
+        assert!(CWND_GAIN
+            .encode(f64::NAN)
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(CWND_GAIN
+            .encode(f64::INFINITY)
+            .unwrap_err()
+            .contains("not a finite number"));
         assert!(CWND_GAIN.encode(-1.0).unwrap_err().contains("1 to 4"));
         assert!(CWND_GAIN.encode(4.5).is_err());
-        let whole = ParamDef { integer: true, ..CWND_GAIN };
+        let whole = ParamDef {
+            integer: true,
+            ..CWND_GAIN
+        };
         assert!(whole.encode(2.5).unwrap_err().contains("whole number"));
     }
 
@@ -608,7 +704,12 @@ mod tests {
         let d = loader::default_params();
         for def in ALL {
             assert_eq!(def.encode(def.default), Ok((def.get)(&d)), "{}", def.name);
-            assert_eq!(def.current(&abi::ccctl_params::default()), def.default, "{} at version 0", def.name);
+            assert_eq!(
+                def.current(&abi::ccctl_params::default()),
+                def.default,
+                "{} at version 0",
+                def.name
+            );
         }
         assert_eq!((d.w_min, d.w_max, d.s_min), (768, 1024, 1));
     }
@@ -618,7 +719,10 @@ mod tests {
         let raw = W_MIN.encode(0.6).expect("0.6 is valid");
         assert_eq!(raw, 614);
         assert_eq!(W_MIN.display(raw), 0.6);
-        assert_eq!(CWND_GAIN.display(CWND_GAIN.encode(1.1).expect("valid")), 1.1);
+        assert_eq!(
+            CWND_GAIN.display(CWND_GAIN.encode(1.1).expect("valid")),
+            1.1
+        );
         assert_eq!(S_MIN.display(7), 7.0);
     }
 
@@ -629,7 +733,10 @@ mod tests {
         ch.insert("cwnd-gain".to_string(), 3.0);
         ch.insert("probe_up_gain".to_string(), 1.5);
         let next = validate(bbr(), &ch, &cur).expect("valid");
-        assert_eq!((next.cwnd_gain, next.probe_up_gain, next.version), (768, 384, 2));
+        assert_eq!(
+            (next.cwnd_gain, next.probe_up_gain, next.version),
+            (768, 384, 2)
+        );
         ch.insert("probe_up_gain".to_string(), 9.0);
         let e = validate(bbr(), &ch, &cur).expect_err("9.0 is out of range");
         assert!(e.to_string().contains("probe_up_gain"), "{e}");
@@ -637,7 +744,8 @@ mod tests {
         ch.insert("wmin".to_string(), 0.5);
         let e = validate(bbr(), &ch, &cur).expect_err("bbr has no wmin");
         assert!(
-            e.to_string().contains("valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain)"),
+            e.to_string()
+                .contains("valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain)"),
             "{e}"
         );
         assert!(e.to_string().contains("w_min (--wmin)"), "{e}");
@@ -646,24 +754,57 @@ mod tests {
     #[test]
     fn version_bumps_from_zero_and_wraps_past_zero() {
         let v0 = abi::ccctl_params::default();
-        assert_eq!(validate(bbr(), &BTreeMap::new(), &v0).expect("valid").version, 1);
-        let v7 = abi::ccctl_params { version: 7, ..loader::default_params() };
-        assert_eq!(validate(bbr(), &ch(&[("cwnd_gain", 3.0)]), &v7).expect("valid").version, 8);
-        let top = abi::ccctl_params { version: u32::MAX, ..loader::default_params() };
-        assert_eq!(validate(bbr(), &BTreeMap::new(), &top).expect("valid").version, 1, "0 would mean never written");
+        assert_eq!(
+            validate(bbr(), &BTreeMap::new(), &v0)
+                .expect("valid")
+                .version,
+            1
+        );
+        let v7 = abi::ccctl_params {
+            version: 7,
+            ..loader::default_params()
+        };
+        assert_eq!(
+            validate(bbr(), &ch(&[("cwnd_gain", 3.0)]), &v7)
+                .expect("valid")
+                .version,
+            8
+        );
+        let top = abi::ccctl_params {
+            version: u32::MAX,
+            ..loader::default_params()
+        };
+        assert_eq!(
+            validate(bbr(), &BTreeMap::new(), &top)
+                .expect("valid")
+                .version,
+            1,
+            "0 would mean never written"
+        );
     }
 
     #[test]
     fn modest_bbr_has_the_window_parameters_and_the_gains() {
         let names: Vec<_> = defs_for(&MODEST).iter().map(|d| d.name).collect();
-        assert_eq!(names, ["cwnd_gain", "probe_up_gain", "w_min", "w_max", "s_min"]);
+        assert_eq!(
+            names,
+            ["cwnd_gain", "probe_up_gain", "w_min", "w_max", "s_min"]
+        );
         let next = validate(
             &MODEST,
-            &ch(&[("wmin", 0.6), ("w_max", 0.9), ("smin", 4.0), ("cwnd-gain", 2.5)]),
+            &ch(&[
+                ("wmin", 0.6),
+                ("w_max", 0.9),
+                ("smin", 4.0),
+                ("cwnd-gain", 2.5),
+            ]),
             &loader::default_params(),
         )
         .expect("valid");
-        assert_eq!((next.w_min, next.w_max, next.s_min, next.cwnd_gain), (614, 922, 4, 640));
+        assert_eq!(
+            (next.w_min, next.w_max, next.s_min, next.cwnd_gain),
+            (614, 922, 4, 640)
+        );
         assert_eq!(next.probe_up_gain, 320, "untouched");
     }
 
@@ -671,26 +812,50 @@ mod tests {
     fn w_min_must_stay_below_w_max_on_the_resulting_set() {
         let e = err(&MODEST, &[("w_min", 0.9), ("w_max", 0.8)]);
         assert!(e.contains("w_min 0.9 must be below w_max 0.8"), "{e}");
-        assert!(e.contains("0 < w_min < w_max <= 1"), "{e}");
+        assert!(e.contains("0.125 <= w_min < w_max <= 1"), "{e}");
         // Only w_max given, but the set in force has w_min 0.75.
         let e = err(&MODEST, &[("w_max", 0.7)]);
         assert!(e.contains("w_min 0.75 must be below w_max 0.7"), "{e}");
         // ... and lowering both together is fine.
-        validate(&MODEST, &ch(&[("w_min", 0.5), ("w_max", 0.7)]), &loader::default_params()).expect("valid pair");
+        validate(
+            &MODEST,
+            &ch(&[("w_min", 0.5), ("w_max", 0.7)]),
+            &loader::default_params(),
+        )
+        .expect("valid pair");
         // Equal is not below.
         assert!(err(&MODEST, &[("w_min", 0.8), ("w_max", 0.8)]).contains("must be below"));
         // Distinct as typed but one step apart is less than the map's resolution.
         let e = err(&MODEST, &[("w_min", 0.9999), ("w_max", 1.0)]);
         assert!(e.contains("w_min (--wmin)"), "{e}");
-        for (v, needle) in [(0.0, "above 0"), (-0.5, "out of range"), (1.0, "below 1"), (0.0001, "rounds to 0")] {
+        for (v, needle) in [
+            (0.0, "from 0.125, below 1"),
+            (-0.5, "out of range"),
+            (0.1, "out of range"),
+            (1.0, "below 1"),
+        ] {
             let e = err(&MODEST, &[("wmin", v)]);
-            assert!(e.contains("w_min (--wmin)") && e.contains(needle), "{v}: {e}");
+            assert!(
+                e.contains("w_min (--wmin)") && e.contains(needle),
+                "{v}: {e}"
+            );
         }
         assert!(err(&MODEST, &[("wmax", 1.01)]).contains("up to 1"));
         assert!(err(&MODEST, &[("wmax", 0.0)]).contains("w_max (--wmax)"));
+        assert!(err(&MODEST, &[("wmax", 0.125)]).contains("above 0.125, up to 1"));
+        let e = err(&MODEST, &[("w_min", 0.125), ("wmax", 0.1251)]);
+        assert!(e.contains("w_max (--wmax)") && e.contains("rounds to 0.125"), "{e}");
+        validate(&MODEST, &ch(&[("w_min", 0.125), ("w_max", 0.13)]), &loader::default_params())
+            .expect("the smallest window search");
         // A map someone else wrote with the pair inverted is not made worse.
-        let bad = abi::ccctl_params { version: 3, w_min: 1000, w_max: 500, ..loader::default_params() };
-        let e = validate(&MODEST, &ch(&[("cwnd_gain", 3.0)]), &bad).expect_err("inverted pair in force");
+        let bad = abi::ccctl_params {
+            version: 3,
+            w_min: 1000,
+            w_max: 500,
+            ..loader::default_params()
+        };
+        let e = validate(&MODEST, &ch(&[("cwnd_gain", 3.0)]), &bad)
+            .expect_err("inverted pair in force");
         assert!(e.to_string().contains("must be below"), "{e}");
         // bbr ignores the window fields.
         validate(bbr(), &ch(&[("cwnd_gain", 3.0)]), &bad).expect("bbr has no window");
@@ -699,12 +864,16 @@ mod tests {
     #[test]
     fn s_min_is_a_whole_number_of_packets_from_1_to_64() {
         for ok in [1.0, 2.0, 64.0] {
-            validate(&MODEST, &ch(&[("s_min", ok)]), &loader::default_params()).expect("valid s_min");
+            validate(&MODEST, &ch(&[("s_min", ok)]), &loader::default_params())
+                .expect("valid s_min");
         }
         assert!(err(&MODEST, &[("smin", 1.5)]).contains("whole number"));
         for bad in [0.0, 65.0, -1.0] {
             let e = err(&MODEST, &[("smin", bad)]);
-            assert!(e.contains("s_min (--smin)") && e.contains("1 to 64"), "{bad}: {e}");
+            assert!(
+                e.contains("s_min (--smin)") && e.contains("1 to 64"),
+                "{bad}: {e}"
+            );
         }
         for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
             assert!(err(&MODEST, &[("smin", bad)]).contains("s_min (--smin)"));
@@ -726,13 +895,29 @@ mod tests {
     #[test]
     fn pick_infers_the_one_loaded_algorithm_with_every_parameter() {
         let b = bbr();
-        assert_eq!(pick(&[b, &MODEST], &["w_min"]).map(|a| a.name), Ok("modest-bbr"));
+        assert_eq!(
+            pick(&[b, &MODEST], &["w_min"]).map(|a| a.name),
+            Ok("modest-bbr")
+        );
         assert_eq!(pick(&[b], &["cwnd_gain"]).map(|a| a.name), Ok("bbr"));
         assert_eq!(pick(&[&MODEST], &[]).map(|a| a.name), Ok("modest-bbr"));
-        let e = pick(&[b, &MODEST], &["cwnd_gain"]).map(|a| a.name).expect_err("both have it");
-        assert!(e.contains("several") && e.contains("bbr (") && e.contains("modest-bbr ("), "{e}");
-        let e = pick(&[b], &["w_min"]).map(|a| a.name).expect_err("bbr has no w_min");
-        assert!(e.contains("w_min (--wmin)") && e.contains("loaded: bbr (cwnd_gain, probe_up_gain)"), "{e}");
-        assert!(pick(&[], &["w_min"]).map(|a| a.name).expect_err("nothing loaded").contains("no ccctl algorithm is loaded"));
+        let e = pick(&[b, &MODEST], &["cwnd_gain"])
+            .map(|a| a.name)
+            .expect_err("both have it");
+        assert!(
+            e.contains("several") && e.contains("bbr (") && e.contains("modest-bbr ("),
+            "{e}"
+        );
+        let e = pick(&[b], &["w_min"])
+            .map(|a| a.name)
+            .expect_err("bbr has no w_min");
+        assert!(
+            e.contains("w_min (--wmin)") && e.contains("loaded: bbr (cwnd_gain, probe_up_gain)"),
+            "{e}"
+        );
+        assert!(pick(&[], &["w_min"])
+            .map(|a| a.name)
+            .expect_err("nothing loaded")
+            .contains("no ccctl algorithm is loaded"));
     }
 }

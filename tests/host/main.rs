@@ -358,19 +358,16 @@ mod tune {
         assert_eq!(view("bbr"), v);
     }
 
-    /// Modest BBR's window parameters, once this build carries the algorithm.
+    /// Modest BBR's window parameters (w_min, w_max, s_min) and the gains.
     #[test]
     fn modest_bbr_window_parameters() {
         let _clean = Clean::new();
-        if !built_in("modest-bbr") {
-            eprintln!("SKIPPED: this build has no modest-bbr");
-            return;
-        }
+        assert!(built_in("modest-bbr"), "this build has no modest-bbr: `ccctl list`");
         let state = snapshot();
         for (args, needles) in [
             (&["load", "modest-bbr", "--wmin", "0.9", "--wmax", "0.8"][..], &["w_min 0.9 must be below w_max 0.8"][..]),
             (&["load", "modest-bbr", "--smin", "65"], &["s_min (--smin)", "1 to 64"]),
-            (&["load", "modest-bbr", "--wmin", "0"], &["w_min (--wmin)", "above 0"]),
+            (&["load", "modest-bbr", "--wmin", "0"], &["w_min (--wmin)", "from 0.125, below 1"]),
         ] {
             ccctl(args).failed_with(needles);
             assert!(!registered("modest_bbr"), "{args:?} loaded modest_bbr");
@@ -390,7 +387,7 @@ mod tune {
         let v = view("modest-bbr");
         assert_eq!((version(&v), value(&v, "w_min"), value(&v, "w_max"), value(&v, "s_min")), (3, 0.5, 0.7, 8.0));
 
-        let w = ["w_min (--wmin)", "0 < w_min < w_max <= 1"];
+        let w = ["w_min (--wmin)", "0.125 <= w_min < w_max <= 1"];
         refused_without_change(
             "modest-bbr",
             &[
@@ -398,7 +395,8 @@ mod tune {
                 // Against the set in force (w_max 0.7).
                 (&["modest-bbr", "--wmin", "0.7"], &["w_min 0.7 must be below w_max 0.7", w[1]]),
                 (&["--wmax", "0.4"], &["w_min 0.5 must be below w_max 0.4"]),
-                (&["modest-bbr", "--wmin", "0"], &[w[0], "above 0"]),
+                (&["modest-bbr", "--wmin", "0"], &[w[0], "from 0.125"]),
+                (&["modest-bbr", "--wmin", "0.1"], &[w[0], "out of range", "from 0.125"]),
                 (&["modest-bbr", "--wmin", "-1"], &[w[0], "out of range"]),
                 (&["modest-bbr", "--wmin", "nan"], &[w[0], "not a number"]),
                 (&["modest-bbr", "--wmax", "inf"], &["w_max (--wmax)", "not a finite number"]),

@@ -93,9 +93,13 @@ const MIN_ROTATE_BYTES: u64 = 1 << 20;
 /// `"256MB"`, `"64MiB"`, `"1GB"`, `"1048576"` -> bytes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a size like 256MB"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 256MB"))?;
     let mult = match unit.trim() {
         "" | "B" => 1.0,
         "kB" | "KB" => 1e3,
@@ -104,7 +108,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "MiB" => 1024.0 * 1024.0,
         "GB" => 1e9,
         "GiB" => 1024.0 * 1024.0 * 1024.0,
-        u => return Err(format!("unknown size unit `{u}` in `{s}` (B, kB, MB, GB, KiB, MiB, GiB)")),
+        u => {
+            return Err(format!(
+                "unknown size unit `{u}` in `{s}` (B, kB, MB, GB, KiB, MiB, GiB)"
+            ))
+        }
     };
     Ok((v * mult) as u64)
 }
@@ -121,8 +129,14 @@ impl DaemonConfig {
         let mut defaults = 0;
         for (i, a) in self.algorithms.iter().enumerate() {
             let algo = algos::find(&a.name).map_err(|e| format!("algorithms[{i}].name: {e}"))?;
-            if self.algorithms[..i].iter().any(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name)) {
-                return Err(format!("algorithms[{i}].name: `{}` is listed twice", a.name));
+            if self.algorithms[..i]
+                .iter()
+                .any(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name))
+            {
+                return Err(format!(
+                    "algorithms[{i}].name: `{}` is listed twice",
+                    a.name
+                ));
             }
             if a.default {
                 defaults += 1;
@@ -142,7 +156,10 @@ impl DaemonConfig {
             }
             let size = parse_size(&t.rotate_size).map_err(|e| format!("trace.rotate_size: {e}"))?;
             if size < MIN_ROTATE_BYTES {
-                return Err(format!("trace.rotate_size: {} is below the 1 MiB minimum", t.rotate_size));
+                return Err(format!(
+                    "trace.rotate_size: {} is below the 1 MiB minimum",
+                    t.rotate_size
+                ));
             }
             if t.rotate_time.0 < std::time::Duration::from_secs(1) {
                 return Err("trace.rotate_time: must be at least 1s".into());
@@ -155,7 +172,10 @@ impl DaemonConfig {
     }
 
     pub fn rotate_bytes(&self) -> u64 {
-        self.trace.as_ref().and_then(|t| parse_size(&t.rotate_size).ok()).unwrap_or(256_000_000)
+        self.trace
+            .as_ref()
+            .and_then(|t| parse_size(&t.rotate_size).ok())
+            .unwrap_or(256_000_000)
     }
 }
 
@@ -175,18 +195,52 @@ mod tests {
     fn bad_configs_name_the_field() {
         let cases = [
             ("[[algorithms]]\nname = \"nosuch\"", "algorithms[0].name"),
-            ("[[algorithms]]\nname = \"bbr\"\nparams = { cwnd_gain = 9.0 }", "cwnd_gain"),
-            ("[[algorithms]]\nname = \"bbr\"\nparams = { wmin = 0.5 }", "not a parameter of bbr"),
-            ("[[algorithms]]\nname = \"bbr\"\n[[algorithms]]\nname = \"bpf_bbr\"", "listed twice"),
+            (
+                "[[algorithms]]\nname = \"bbr\"\nparams = { cwnd_gain = 9.0 }",
+                "cwnd_gain",
+            ),
+            (
+                "[[algorithms]]\nname = \"bbr\"\nparams = { wmin = 0.5 }",
+                "not a parameter of bbr",
+            ),
+            (
+                "[[algorithms]]\nname = \"bbr\"\n[[algorithms]]\nname = \"bpf_bbr\"",
+                "listed twice",
+            ),
             ("on_exit = \"explode\"", "on_exit"),
             ("bogus = 1", "unknown field `bogus`"),
             ("[trace]\nout_dir = \"/tmp/x\"\nsample = 0", "trace.sample"),
-            ("[trace]\nout_dir = \"/tmp/x\"\nrotate_size = \"10kB\"", "trace.rotate_size"),
-            ("[trace]\nout_dir = \"/tmp/x\"\nalgo = [\"nosuch\"]", "trace.algo[0]"),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nrotate_size = \"10kB\"",
+                "trace.rotate_size",
+            ),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nalgo = [\"nosuch\"]",
+                "trace.algo[0]",
+            ),
         ];
         for (text, needle) in cases {
             let e = DaemonConfig::from_toml(text).expect_err(text);
             assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn modest_bbr_params_by_name_or_flag_and_checked_as_a_set() {
+        let ok = "[[algorithms]]\nname = \"modest-bbr\"\nparams = { w_min = 0.6, wmax = 0.9, s_min = 2, cwnd_gain = 2.5 }";
+        DaemonConfig::from_toml(ok).expect("valid modest-bbr params");
+        let cases = [
+            ("params = { w_min = 0.9, w_max = 0.8 }", "w_min 0.9 must be below w_max 0.8"),
+            // Unlisted parameters are at their defaults: w_min 0.75.
+            ("params = { w_max = 0.7 }", "w_min 0.75 must be below w_max 0.7"),
+            ("params = { s_min = 1.5 }", "whole number"),
+            ("params = { s_min = 65 }", "1 to 64"),
+            ("params = { theta = 1.0 }", "valid: cwnd_gain (--cwnd-gain)"),
+        ];
+        for (params, needle) in cases {
+            let text = format!("[[algorithms]]\nname = \"modest-bbr\"\n{params}");
+            let e = DaemonConfig::from_toml(&text).expect_err(params);
+            assert!(e.contains("algorithms[0].params") && e.contains(needle), "{params}: {e}");
         }
     }
 

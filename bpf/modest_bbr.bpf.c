@@ -54,10 +54,10 @@
 #define MODEST_W_MIN_DEFAULT (MODEST_W_UNIT * 3 / 4)
 #define MODEST_W_MAX_DEFAULT MODEST_W_UNIT
 #define MODEST_S_MIN_DEFAULT 1
-/* Clamps on whatever is in the map: a W_min below 1/8 would search a
- * window too small to measure btl_bw with; W_max above 1 would exceed
+/* Clamps on whatever is in the map: W_min above 0 (the search window itself
+ * never drops below BBR's 4-packet floor); W_max above 1 would exceed
  * BBR's window; S_min above 64 packets per ACK is slow start. */
-#define MODEST_W_MIN_LO (MODEST_W_UNIT / 8)
+#define MODEST_W_MIN_LO 1
 #define MODEST_W_MAX_HI MODEST_W_UNIT
 #define MODEST_S_MIN_LO 1
 #define MODEST_S_MIN_HI 64

@@ -87,7 +87,7 @@ pub struct LoadArgs {
 /// checks in `params` name the parameter and what is allowed.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ParamFlags {
-    /// Modest BBR: W_min, lower end of the window search, fraction of BBR's cwnd (0.125 <= W_min < W_max; default 0.75).
+    /// Modest BBR: W_min, lower end of the window search, fraction of BBR's cwnd (0 < W_min < W_max; default 0.75).
     #[arg(
         long,
         value_name = "X",

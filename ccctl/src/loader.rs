@@ -70,10 +70,14 @@ pub fn default_params() -> abi::ccctl_params {
 fn ring_bytes_for_load() -> Result<Option<u32>> {
     let pinned = shared_dir().join(MAP_TRACE_EVENTS);
     if pinned.exists() {
-        let map = MapHandle::from_pinned_path(&pinned).map_err(bpf(format!("opening {}", pinned.display())))?;
+        let map = MapHandle::from_pinned_path(&pinned)
+            .map_err(bpf(format!("opening {}", pinned.display())))?;
         return Ok(Some(map.max_entries()));
     }
-    match std::env::var(ENV_TRACE_RING_BYTES).ok().filter(|v| !v.is_empty()) {
+    match std::env::var(ENV_TRACE_RING_BYTES)
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
         None => Ok(None),
         Some(v) => match v.parse::<u32>() {
             Ok(n) if n >= 4096 && n.is_power_of_two() => Ok(Some(n)),
@@ -165,7 +169,9 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
             });
         }
         if opts.params.is_some() {
-            return Err(Error::AlreadyLoaded { algo: algo.name.into() });
+            return Err(Error::AlreadyLoaded {
+                algo: algo.name.into(),
+            });
         }
         let mut made_default = false;
         if opts.set_default && kernel::default_congestion_control()? != algo.kernel_name {
@@ -339,7 +345,11 @@ where
     // The initial parameters go in before registration: no flow can pick the
     // algorithm before they are in force.
     maps[params_idx]
-        .update(&0u32.to_ne_bytes(), params_bytes(&plan.params), MapFlags::ANY)
+        .update(
+            &0u32.to_ne_bytes(),
+            params_bytes(&plan.params),
+            MapFlags::ANY,
+        )
         .map_err(bpf("writing the initial parameters"))?;
     // Registration happens here; until `disconnect` below, dropping `link`
     // unregisters again, so every early return leaves the kernel as it was.
@@ -466,7 +476,8 @@ fn read_meta(dir: &Path) -> Result<abi::ccctl_meta> {
 /// The parameters in force for the algorithm pinned at `dir`.
 pub fn read_params(dir: &Path) -> Result<abi::ccctl_params> {
     let path = dir.join(MAP_PARAMS);
-    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    let map =
+        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
     let bytes = map
         .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
         .map_err(bpf("reading the params map"))?
@@ -482,7 +493,8 @@ pub fn read_params(dir: &Path) -> Result<abi::ccctl_params> {
 /// old set or the new one, never a mix). The caller bumps `version`.
 pub fn write_params(dir: &Path, p: &abi::ccctl_params) -> Result<()> {
     let path = dir.join(MAP_PARAMS);
-    let map = MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
+    let map =
+        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
     map.update(&0u32.to_ne_bytes(), params_bytes(p), MapFlags::ANY)
         .map_err(bpf("writing the params map"))
 }
@@ -490,7 +502,10 @@ pub fn write_params(dir: &Path, p: &abi::ccctl_params) -> Result<()> {
 fn params_bytes(p: &abi::ccctl_params) -> &[u8] {
     // SAFETY: plain old data of u32 fields, no padding.
     unsafe {
-        std::slice::from_raw_parts((p as *const abi::ccctl_params).cast::<u8>(), std::mem::size_of::<abi::ccctl_params>())
+        std::slice::from_raw_parts(
+            (p as *const abi::ccctl_params).cast::<u8>(),
+            std::mem::size_of::<abi::ccctl_params>(),
+        )
     }
 }
 

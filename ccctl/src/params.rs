@@ -84,14 +84,14 @@ pub const PROBE_UP_GAIN: ParamDef = ParamDef {
     set: |p, v| p.probe_up_gain = v,
 };
 
-/// Smallest W_min: `modest_bbr.bpf.c` clamps W_min to at least 1/8
-/// (`MODEST_W_MIN_LO`: a smaller window could not measure btl_bw), so
-/// smaller values are refused rather than shown but not in force.
-pub const W_MIN_LO: f64 = 0.125;
+/// W_min's exclusive floor (the 0 < W_min). The smallest value the
+/// map holds is 1/1024, which `modest_bbr.bpf.c` also clamps to
+/// (`MODEST_W_MIN_LO`); the search window never goes below 4 packets there.
+pub const W_MIN_LO: f64 = 0.0;
 
 /// Modest BBR's W_min, a fraction of the BBR window, x1024 in the map.
-/// 0.125 <= W_min < W_max (the pair checked on the resulting set, see
-/// [`validate`]); the 0 < W_min, narrowed to the BPF clamp.
+/// 0 < W_min < W_max (the pair checked on the resulting set, see
+/// [`validate`]).
 pub const W_MIN: ParamDef = ParamDef {
     name: "w_min",
     flag: "wmin",
@@ -100,7 +100,7 @@ pub const W_MIN: ParamDef = ParamDef {
     scale: W_UNIT,
     min: W_MIN_LO,
     max: 1.0,
-    min_exclusive: false,
+    min_exclusive: true,
     max_exclusive: true,
     default: 0.75,
     integer: false,
@@ -176,8 +176,8 @@ impl ParamDef {
         format!("{} (--{})", self.name, self.flag)
     }
 
-    /// The allowed range in words: `1 to 4`, `above 0.125, up to 1`,
-    /// `from 0.125, below 1`.
+    /// The allowed range in words: `1 to 4`, `above 0, up to 1`,
+    /// `above 0, below 1`.
     pub fn allowed(&self) -> String {
         let lo = if self.min_exclusive {
             format!("above {}", self.min)
@@ -201,10 +201,10 @@ impl ParamDef {
     }
 
     /// [`allowed`](Self::allowed), with the constraints between
-    /// parameters: `from 0.125, below w_max` for w_min.
+    /// parameters: `above 0, below w_max` for w_min.
     pub fn allowed_in_set(&self) -> String {
         match self.name {
-            "w_min" => format!("from {W_MIN_LO}, below w_max"),
+            "w_min" => format!("above {W_MIN_LO}, below w_max"),
             "w_max" => "above w_min, up to 1".into(),
             _ => self.allowed(),
         }
@@ -481,7 +481,7 @@ fn resolve<'c>(
     Ok(resolved)
 }
 
-/// 0.125 <= w_min < w_max <= 1 on the set `p` (the single-value bounds already
+/// 0 < w_min < w_max <= 1 on the set `p` (the single-value bounds already
 /// hold for values given now; this catches pairs, and a map someone else
 /// wrote). Values given in this call are quoted as given.
 fn check_window(
@@ -502,8 +502,8 @@ fn check_window(
             .unwrap_or_else(|| d.display((d.get)(p)))
     };
     let (lo, hi) = (p.w_min, p.w_max);
-    let rule = format!("allowed: {W_MIN_LO} <= w_min < w_max <= 1");
-    if (lo as f64) < W_MIN_LO * W_UNIT || lo as f64 >= W_UNIT {
+    let rule = format!("allowed: {W_MIN_LO} < w_min < w_max <= 1");
+    if (lo as f64) <= W_MIN_LO * W_UNIT || lo as f64 >= W_UNIT {
         return Err(invalid(
             algo,
             W_MIN.label(),
@@ -812,7 +812,7 @@ mod tests {
     fn w_min_must_stay_below_w_max_on_the_resulting_set() {
         let e = err(&MODEST, &[("w_min", 0.9), ("w_max", 0.8)]);
         assert!(e.contains("w_min 0.9 must be below w_max 0.8"), "{e}");
-        assert!(e.contains("0.125 <= w_min < w_max <= 1"), "{e}");
+        assert!(e.contains("0 < w_min < w_max <= 1"), "{e}");
         // Only w_max given, but the set in force has w_min 0.75.
         let e = err(&MODEST, &[("w_max", 0.7)]);
         assert!(e.contains("w_min 0.75 must be below w_max 0.7"), "{e}");
@@ -829,9 +829,9 @@ mod tests {
         let e = err(&MODEST, &[("w_min", 0.9999), ("w_max", 1.0)]);
         assert!(e.contains("w_min (--wmin)"), "{e}");
         for (v, needle) in [
-            (0.0, "from 0.125, below 1"),
+            (0.0, "above 0, below 1"),
             (-0.5, "out of range"),
-            (0.1, "out of range"),
+            (0.0001, "rounds to 0"),
             (1.0, "below 1"),
         ] {
             let e = err(&MODEST, &[("wmin", v)]);
@@ -841,12 +841,18 @@ mod tests {
             );
         }
         assert!(err(&MODEST, &[("wmax", 1.01)]).contains("up to 1"));
-        assert!(err(&MODEST, &[("wmax", 0.0)]).contains("w_max (--wmax)"));
-        assert!(err(&MODEST, &[("wmax", 0.125)]).contains("above 0.125, up to 1"));
-        let e = err(&MODEST, &[("w_min", 0.125), ("wmax", 0.1251)]);
-        assert!(e.contains("w_max (--wmax)") && e.contains("rounds to 0.125"), "{e}");
-        validate(&MODEST, &ch(&[("w_min", 0.125), ("w_max", 0.13)]), &loader::default_params())
-            .expect("the smallest window search");
+        assert!(err(&MODEST, &[("wmax", 0.0)]).contains("above 0, up to 1"));
+        let e = err(&MODEST, &[("w_min", 0.1), ("wmax", 0.10005)]);
+        assert!(
+            e.contains("must be below") && e.contains("equal in the map's steps"),
+            "{e}"
+        );
+        validate(
+            &MODEST,
+            &ch(&[("w_min", 0.01), ("w_max", 0.02)]),
+            &loader::default_params(),
+        )
+        .expect("the smallest window search");
         // A map someone else wrote with the pair inverted is not made worse.
         let bad = abi::ccctl_params {
             version: 3,

@@ -10,11 +10,18 @@ use ccctl::{
 /// One flow on sender 0 while `ss -tin` samples the sender every 100 ms.
 /// Returns the flow and the congestion-control names ss saw on its socket.
 pub fn flow_with_ss(tb: &Testbed, cc: &str, secs: u64) -> (FlowResult, Vec<String>) {
-    let sampler = SsSampler::start(&tb.ns(Role::Sender(0)), SamplerConfig::default()).expect("starting ss sampler");
-    let flow = iperf::run_flow(tb, &FlowSpec::new(0, cc, Duration::from_secs(secs))).expect("running iperf3");
+    let sampler = SsSampler::start(&tb.ns(Role::Sender(0)), SamplerConfig::default())
+        .expect("starting ss sampler");
+    let flow = iperf::run_flow(tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))
+        .expect("running iperf3");
     let samples = sampler.stop().expect("stopping ss sampler");
-    let port = flow.local_port.expect("iperf3 reported its data connection");
-    let mut seen: Vec<String> = samples.for_local_port(port).filter_map(|r| r.sock.cc.clone()).collect();
+    let port = flow
+        .local_port
+        .expect("iperf3 reported its data connection");
+    let mut seen: Vec<String> = samples
+        .for_local_port(port)
+        .filter_map(|r| r.sock.cc.clone())
+        .collect();
     seen.dedup();
     (flow, seen)
 }
@@ -36,10 +43,14 @@ pub fn unload_mid_flow(cfg: TestbedConfig, min_link_share: Option<f64>) {
     let rate = cfg.rate_bps as f64;
     super::ccctl(&["load", "bbr"]).ok();
     let tb = testbed(cfg);
-    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(8))]).expect("starting iperf3");
+    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(8))])
+        .expect("starting iperf3");
     std::thread::sleep(Duration::from_secs(3));
     super::ccctl(&["unload", "bbr"]).ok();
-    assert!(!super::registered("bpf_bbr"), "still registered after unload");
+    assert!(
+        !super::registered("bpf_bbr"),
+        "still registered after unload"
+    );
     let flows = running.wait().expect("iperf3 finished");
     let flow = &flows[0];
     assert_eq!(flow.sender_cc.as_deref(), Some("bpf_bbr"));
@@ -62,8 +73,17 @@ pub fn unload_mid_flow(cfg: TestbedConfig, min_link_share: Option<f64>) {
         mbit(flow.goodput_bps),
         mbit(rate)
     );
-    assert!(before > 0.0, "no throughput before the unload: {:?}", flow.intervals);
-    assert!(after >= 0.85 * before, "the unload hurt the running flow: {:.1} -> {:.1} Mbit/s", mbit(before), mbit(after));
+    assert!(
+        before > 0.0,
+        "no throughput before the unload: {:?}",
+        flow.intervals
+    );
+    assert!(
+        after >= 0.85 * before,
+        "the unload hurt the running flow: {:.1} -> {:.1} Mbit/s",
+        mbit(before),
+        mbit(after)
+    );
     if let Some(share) = min_link_share {
         assert!(
             flow.goodput_bps >= share * rate,

@@ -25,8 +25,17 @@ pub fn lab_run(tag: &str, args: &[&str]) -> (Run, PathBuf, Option<PathBuf>) {
 
 /// The single run directory under `out`, if any.
 pub fn run_dir_in(out: &Path) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = fs::read_dir(out).ok()?.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
-    assert!(dirs.len() <= 1, "more than one run directory in {}: {dirs:?}", out.display());
+    let mut dirs: Vec<PathBuf> = fs::read_dir(out)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert!(
+        dirs.len() <= 1,
+        "more than one run directory in {}: {dirs:?}",
+        out.display()
+    );
     dirs.pop()
 }
 
@@ -44,7 +53,9 @@ pub fn lab_spawn(out: &Path, args: &[&str]) -> Child {
 
 pub fn read_parquet(path: &Path) -> DataFrame {
     let f = fs::File::open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
-    ParquetReader::new(f).finish().unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+    ParquetReader::new(f)
+        .finish()
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
 /// Values of a numeric column as f64 (nulls as None).
@@ -65,14 +76,18 @@ pub fn strs(df: &DataFrame, name: &str) -> Vec<String> {
         .cast(&DataType::String)
         .unwrap_or_else(|e| panic!("column {name} as string: {e}"));
     let ca = c.str().expect("string column");
-    (0..ca.len()).map(|i| ca.get(i).unwrap_or("").to_string()).collect()
+    (0..ca.len())
+        .map(|i| ca.get(i).unwrap_or("").to_string())
+        .collect()
 }
 
 /// Rows of `summary.parquet` matching `level` and `kind`, as (row index) list.
 pub fn rows(df: &DataFrame, level: &str, kind: &str) -> Vec<usize> {
     let l = strs(df, "level");
     let k = strs(df, "kind");
-    (0..df.height()).filter(|&i| l[i] == level && k[i] == kind).collect()
+    (0..df.height())
+        .filter(|&i| l[i] == level && k[i] == kind)
+        .collect()
 }
 
 /// Namespaces whose name starts with `ccctl-<pid>-`.
@@ -94,7 +109,10 @@ pub fn iperf3_pids() -> Vec<u32> {
         .map(|rd| {
             rd.flatten()
                 .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter(|pid| fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "iperf3"))
+                .filter(|pid| {
+                    fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|c| c.trim() == "iperf3")
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -105,7 +123,10 @@ pub fn iperf3_pids() -> Vec<u32> {
 pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + limit;
     while !cond() {
-        assert!(Instant::now() < end, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < end,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -114,9 +135,15 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 /// it (namespaces exist, `kernel_cc` registered if given, iperf3 running).
 pub fn wait_until_flows_run(child: &Child, kernel_cc: Option<&str>) {
     let pid = child.id();
-    wait_for("the lab's namespaces and flows", Duration::from_secs(120), || {
-        !namespaces_of(pid).is_empty() && kernel_cc.is_none_or(registered) && !iperf3_pids().is_empty()
-    });
+    wait_for(
+        "the lab's namespaces and flows",
+        Duration::from_secs(120),
+        || {
+            !namespaces_of(pid).is_empty()
+                && kernel_cc.is_none_or(registered)
+                && !iperf3_pids().is_empty()
+        },
+    );
     // Let the flows carry data for a moment.
     std::thread::sleep(Duration::from_secs(3));
 }
@@ -125,8 +152,16 @@ pub fn wait_until_flows_run(child: &Child, kernel_cc: Option<&str>) {
 /// no iperf3, `kernel_cc` unregistered and its pins gone.
 #[track_caller]
 pub fn assert_nothing_left(pid: u32, kernel_cc: &str, algo_pin_dir: &str) {
-    assert_eq!(namespaces_of(pid), Vec::<String>::new(), "namespaces left behind");
-    assert_eq!(iperf3_pids(), Vec::<u32>::new(), "iperf3 processes left behind");
+    assert_eq!(
+        namespaces_of(pid),
+        Vec::<String>::new(),
+        "namespaces left behind"
+    );
+    assert_eq!(
+        iperf3_pids(),
+        Vec::<u32>::new(),
+        "iperf3 processes left behind"
+    );
     assert!(!registered(kernel_cc), "{kernel_cc} still registered");
     assert!(
         !super::pin_root().join(algo_pin_dir).exists(),
@@ -144,13 +179,23 @@ pub fn metadata(dir: &Path) -> serde_json::Value {
 /// The files every finished run directory holds.
 #[track_caller]
 pub fn assert_run_files(dir: &Path) {
-    for f in ["scenario.toml", "metadata.json", "samples.parquet", "summary.parquet", "summary.txt"] {
+    for f in [
+        "scenario.toml",
+        "metadata.json",
+        "samples.parquet",
+        "summary.parquet",
+        "summary.txt",
+    ] {
         assert!(dir.join(f).is_file(), "{f} missing in {}", dir.display());
     }
     for stem in ["throughput-vs-delay", "harm-fairness-cdf"] {
         for ext in ["png", "svg"] {
             let p = dir.join("plots").join(format!("{stem}.{ext}"));
-            assert!(p.is_file() && fs::metadata(&p).map(|m| m.len()).unwrap_or(0) > 1000, "{} missing or empty", p.display());
+            assert!(
+                p.is_file() && fs::metadata(&p).map(|m| m.len()).unwrap_or(0) > 1000,
+                "{} missing or empty",
+                p.display()
+            );
         }
     }
     let timeseries = fs::read_dir(dir.join("plots"))

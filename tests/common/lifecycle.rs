@@ -8,14 +8,28 @@ pub fn load_registers_and_unload_removes(expect_link: bool) {
     assert!(!registered("bpf_bbr"), "bpf_bbr registered before the test");
 
     let out = ccctl(&["load", "bbr"]).ok();
-    assert!(out.stdout.contains("loaded bbr as `bpf_bbr`"), "{}", out.stdout);
-    assert!(registered("bpf_bbr"), "bpf_bbr not in tcp_available_congestion_control: {:?}", available());
+    assert!(
+        out.stdout.contains("loaded bbr as `bpf_bbr`"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        registered("bpf_bbr"),
+        "bpf_bbr not in tcp_available_congestion_control: {:?}",
+        available()
+    );
     let dir = pin_root().join("bbr");
     assert!(dir.join("meta").exists(), "meta map not pinned");
     if expect_link {
-        assert!(dir.join("link").exists(), "struct_ops link not pinned on a 6.4+ kernel");
+        assert!(
+            dir.join("link").exists(),
+            "struct_ops link not pinned on a 6.4+ kernel"
+        );
     } else {
-        assert!(dir.join("ops").exists(), "struct_ops map not pinned on a pre-6.4 kernel");
+        assert!(
+            dir.join("ops").exists(),
+            "struct_ops map not pinned on a pre-6.4 kernel"
+        );
     }
 
     let status = ccctl(&["status", "--json"]).ok();
@@ -29,11 +43,17 @@ pub fn load_registers_and_unload_removes(expect_link: bool) {
 
     let list = ccctl(&["list", "--json"]).ok();
     let v: serde_json::Value = serde_json::from_str(&list.stdout).expect("list --json is JSON");
-    let bbr = v.as_array().and_then(|a| a.iter().find(|e| e["name"] == "bbr")).expect("bbr listed");
+    let bbr = v
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["name"] == "bbr"))
+        .expect("bbr listed");
     assert_eq!(bbr["loaded"], true);
 
     ccctl(&["unload", "bbr"]).ok();
-    assert!(!registered("bpf_bbr"), "bpf_bbr still registered after unload");
+    assert!(
+        !registered("bpf_bbr"),
+        "bpf_bbr still registered after unload"
+    );
     assert!(!pin_root().exists(), "pins left behind: {:?}", snapshot());
 }
 
@@ -58,9 +78,17 @@ pub fn default_is_set_and_restored() {
     assert_eq!(default_cc(), "bpf_bbr");
     let st = ccctl(&["status", "--json"]).ok();
     let v: serde_json::Value = serde_json::from_str(&st.stdout).unwrap_or_default();
-    assert_eq!(v["loaded"][0]["restores_default"], serde_json::Value::String(before.clone()), "{v}");
+    assert_eq!(
+        v["loaded"][0]["restores_default"],
+        serde_json::Value::String(before.clone()),
+        "{v}"
+    );
     let out = ccctl(&["unload", "bbr"]).ok();
-    assert!(out.stdout.contains(&format!("restored to {before}")), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!("restored to {before}")),
+        "{}",
+        out.stdout
+    );
     assert_eq!(default_cc(), before);
 }
 
@@ -70,16 +98,29 @@ pub fn errors_are_clear_and_change_nothing() {
     let dir = tempdir("errors");
     let before = snapshot();
 
-    ccctl(&["load", "nosuch"]).failed_with(&["unknown algorithm `nosuch`", "known algorithms: bbr"]);
+    ccctl(&["load", "nosuch"])
+        .failed_with(&["unknown algorithm `nosuch`", "known algorithms: bbr"]);
     assert_eq!(snapshot(), before);
 
-    ccctl_env(&["load", "bbr"], &[("CCCTL_VMLINUX_BTF", "/nonexistent/vmlinux")])
-        .failed_with(&["no kernel BTF at /nonexistent/vmlinux", "CONFIG_DEBUG_INFO_BTF"]);
+    ccctl_env(
+        &["load", "bbr"],
+        &[("CCCTL_VMLINUX_BTF", "/nonexistent/vmlinux")],
+    )
+    .failed_with(&[
+        "no kernel BTF at /nonexistent/vmlinux",
+        "CONFIG_DEBUG_INFO_BTF",
+    ]);
     assert_eq!(snapshot(), before);
 
     let btf = btf_without_struct_ops(&dir);
-    ccctl_env(&["load", "bbr"], &[("CCCTL_VMLINUX_BTF", btf.to_str().unwrap_or_default())])
-        .failed_with(&["cannot run BPF congestion controls", "bpf_struct_ops_tcp_congestion_ops"]);
+    ccctl_env(
+        &["load", "bbr"],
+        &[("CCCTL_VMLINUX_BTF", btf.to_str().unwrap_or_default())],
+    )
+    .failed_with(&[
+        "cannot run BPF congestion controls",
+        "bpf_struct_ops_tcp_congestion_ops",
+    ]);
     assert_eq!(snapshot(), before);
 
     let not_bpffs = dir.to_str().unwrap_or_default();
@@ -89,20 +130,33 @@ pub fn errors_are_clear_and_change_nothing() {
 
     let out = ccctl_env(&["load", "bbr"], &[("CCCTL_FAULT_INJECT", "verifier")])
         .failed_with(&["verifier rejected `bbr`", "no write support to tcp_sock"]);
-    assert!(out.stderr.lines().count() <= 40, "verifier tail should be short:\n{}", out.stderr);
+    assert!(
+        out.stderr.lines().count() <= 40,
+        "verifier tail should be short:\n{}",
+        out.stderr
+    );
     assert_eq!(snapshot(), before);
 
     // Without root: drop to nobody with no capabilities.
     let bin = ccctl_bin();
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
         .arg(&bin)
         .args(["load", "bbr"])
         .output()
         .expect("running setpriv");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("insufficient privileges") && stderr.contains("CAP_BPF"), "{stderr}");
+    assert!(
+        stderr.contains("insufficient privileges") && stderr.contains("CAP_BPF"),
+        "{stderr}"
+    );
     assert_eq!(snapshot(), before);
 
     // Flags: clap names the problem.

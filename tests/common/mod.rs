@@ -5,6 +5,7 @@
 pub mod flows;
 pub mod lab;
 pub mod lifecycle;
+pub mod modest;
 pub mod tracing;
 
 use std::{
@@ -39,15 +40,27 @@ impl Run {
 
     #[track_caller]
     pub fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "ccctl failed:\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "ccctl failed:\nstdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
         self
     }
 
     #[track_caller]
     pub fn failed_with(self, needles: &[&str]) -> Run {
-        assert_ne!(self.code, 0, "ccctl should have failed; stdout: {}", self.stdout);
+        assert_ne!(
+            self.code, 0,
+            "ccctl should have failed; stdout: {}",
+            self.stdout
+        );
         for n in needles {
-            assert!(self.stderr.contains(n), "stderr lacks {n:?}:\n{}", self.stderr);
+            assert!(
+                self.stderr.contains(n),
+                "stderr lacks {n:?}:\n{}",
+                self.stderr
+            );
         }
         self
     }
@@ -87,7 +100,8 @@ pub fn default_cc() -> String {
 }
 
 pub fn set_default_cc(name: &str) {
-    fs::write("/proc/sys/net/ipv4/tcp_congestion_control", name).expect("writing tcp_congestion_control");
+    fs::write("/proc/sys/net/ipv4/tcp_congestion_control", name)
+        .expect("writing tcp_congestion_control");
 }
 
 pub fn pin_root() -> PathBuf {
@@ -109,7 +123,13 @@ pub fn snapshot() -> Snapshot {
         for e in rd.flatten() {
             pins.push(e.file_name().to_string_lossy().into_owned());
             if let Ok(sub) = fs::read_dir(e.path()) {
-                pins.extend(sub.flatten().map(|s| format!("{}/{}", e.file_name().to_string_lossy(), s.file_name().to_string_lossy())));
+                pins.extend(sub.flatten().map(|s| {
+                    format!(
+                        "{}/{}",
+                        e.file_name().to_string_lossy(),
+                        s.file_name().to_string_lossy()
+                    )
+                }));
             }
         }
     }
@@ -124,10 +144,16 @@ pub fn snapshot() -> Snapshot {
 /// Mount bpffs if this machine (or VM) has not; tests need it like users do.
 pub fn ensure_bpffs() {
     let mounted = fs::read_to_string("/proc/self/mounts")
-        .map(|m| m.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf ")))
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.contains(" bpf "))
+        })
         .unwrap_or(false);
     if !mounted {
-        let st = Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]).status().expect("mount bpffs");
+        let st = Command::new("mount")
+            .args(["-t", "bpf", "bpf", "/sys/fs/bpf"])
+            .status()
+            .expect("mount bpffs");
         assert!(st.success(), "mounting bpffs failed");
     }
 }
@@ -142,7 +168,9 @@ impl Clean {
     pub fn new() -> Clean {
         ensure_bpffs();
         let _ = ccctl(&["unload", "--all"]);
-        Clean { default: default_cc() }
+        Clean {
+            default: default_cc(),
+        }
     }
 }
 

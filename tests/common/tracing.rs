@@ -18,7 +18,10 @@ use super::{ccctl, ccctl_bin, ccctl_env, registered, tempdir};
 const PYTHON: &str = "/opt/ccctl/venv/bin/python3";
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -42,11 +45,16 @@ pub fn interrupt(child: Child) -> (i32, String) {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let out = child.wait_with_output().expect("waiting for the child");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn trace_cfg_enabled() -> bool {
-    ccctl::trace::SharedMaps::open().and_then(|m| m.read_cfg()).is_ok_and(|c| c.enabled != 0)
+    ccctl::trace::SharedMaps::open()
+        .and_then(|m| m.read_cfg())
+        .is_ok_and(|c| c.enabled != 0)
 }
 
 /// pyarrow's view of a Parquet file: rows and the ccctl key/value metadata.
@@ -55,14 +63,26 @@ pub fn pyarrow_read(path: &Path) -> (usize, serde_json::Value) {
                   t = pq.read_table(sys.argv[1])\n\
                   md = {k.decode(): v.decode() for k, v in (pq.read_metadata(sys.argv[1]).metadata or {}).items() if k.startswith(b'ccctl.')}\n\
                   print(json.dumps({'rows': t.num_rows, 'meta': md}))";
-    let out = Command::new(PYTHON).args(["-c", script]).arg(path).output().expect("running pyarrow (cargo xtask setup installs it)");
-    assert!(out.status.success(), "pyarrow could not read {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(PYTHON)
+        .args(["-c", script])
+        .arg(path)
+        .output()
+        .expect("running pyarrow (cargo xtask setup installs it)");
+    assert!(
+        out.status.success(),
+        "pyarrow could not read {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("pyarrow output");
     (v["rows"].as_u64().unwrap_or(0) as usize, v["meta"].clone())
 }
 
 fn u64s(df: &DataFrame, name: &str) -> Vec<u64> {
-    f64s(df, name).into_iter().map(|v| v.unwrap_or(0.0) as u64).collect()
+    f64s(df, name)
+        .into_iter()
+        .map(|v| v.unwrap_or(0.0) as u64)
+        .collect()
 }
 
 /// One socket reading taken beside the trace.
@@ -90,16 +110,22 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
     ccctl(&["load", "bbr"]).ok();
     let dir = tempdir("trace-flow");
     let out = dir.join("flow.parquet");
-    let tb = Testbed::new(TestbedConfig::new(rate_bps, buffer_bytes).with_rtts(&[rtt, rtt])).expect("testbed");
+    let tb = Testbed::new(TestbedConfig::new(rate_bps, buffer_bytes).with_rtts(&[rtt, rtt]))
+        .expect("testbed");
     let (p1, p2) = (tb.alloc_port(), tb.alloc_port());
     let tracer = spawn_trace(&["--algo", "bbr", "--port", &p1.to_string()], &out);
-    wait_for("tracing to be switched on", Duration::from_secs(30), trace_cfg_enabled);
+    wait_for(
+        "tracing to be switched on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
     let specs = [
         FlowSpec::new(0, "bpf_bbr", Duration::from_secs(10)).port(p1),
         FlowSpec::new(1, "bpf_bbr", Duration::from_secs(10)).port(p2),
     ];
     let running = iperf::spawn_flows(&tb, &specs).expect("flows");
-    let diag = DiagSocket::open_in_netns(&Path::new("/run/netns").join(tb.ns(Role::Sender(0)))).expect("diag socket");
+    let diag = DiagSocket::open_in_netns(&Path::new("/run/netns").join(tb.ns(Role::Sender(0))))
+        .expect("diag socket");
     let mut readings = Vec::new();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(6) {
@@ -130,11 +156,20 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
 
     let df = read_parquet(&out);
     let (py_rows, meta) = pyarrow_read(&out);
-    let written: usize = meta["ccctl.events_written"].as_str().and_then(|s| s.parse().ok()).expect("events_written");
+    let written: usize = meta["ccctl.events_written"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("events_written");
     assert_eq!(df.height(), py_rows, "polars and pyarrow disagree");
     assert_eq!(df.height(), written, "rows vs ccctl.events_written");
-    assert_eq!(meta["ccctl.events_dropped"], "0", "drops in a lightly loaded trace");
-    assert!(stderr.contains(&format!("{written} events written")), "{stderr}");
+    assert_eq!(
+        meta["ccctl.events_dropped"], "0",
+        "drops in a lightly loaded trace"
+    );
+    assert!(
+        stderr.contains(&format!("{written} events written")),
+        "{stderr}"
+    );
 
     let sport = u64s(&df, "sport");
     let dport = u64s(&df, "dport");
@@ -149,16 +184,29 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
     let mut last: std::collections::BTreeMap<u64, u64> = Default::default();
     for i in 0..df.height() {
         let prev = last.insert(flow_id[i], ts[i]).unwrap_or(0);
-        assert!(ts[i] >= prev, "timestamps of flow {} go back at row {i}", flow_id[i]);
+        assert!(
+            ts[i] >= prev,
+            "timestamps of flow {} go back at row {i}",
+            flow_id[i]
+        );
     }
 
     // The data connection: the flow's local port, as iperf3 reports it.
     let data_port = results[0].local_port.expect("local port") as u64;
-    let rows: Vec<usize> = (0..df.height()).filter(|&i| sport[i] == data_port).collect();
-    assert!(rows.len() > 200, "{} events for the data connection", rows.len());
+    let rows: Vec<usize> = (0..df.height())
+        .filter(|&i| sport[i] == data_port)
+        .collect();
+    assert!(
+        rows.len() > 200,
+        "{} events for the data connection",
+        rows.len()
+    );
     let cwnd = u64s(&df, "cwnd");
     let pacing = u64s(&df, "pacing_rate_bps");
-    let mine: Vec<&Reading> = readings.iter().filter(|r| r.sport as u64 == data_port && r.segs_in > 0).collect();
+    let mine: Vec<&Reading> = readings
+        .iter()
+        .filter(|r| r.sport as u64 == data_port && r.segs_in > 0)
+        .collect();
     assert!(mine.len() > 20, "{} socket readings", mine.len());
 
     // One event per ACK: cong_control runs once for every ACK that is not
@@ -171,7 +219,10 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
     // the socket and the ring).
     let reading = mine[mine.len() / 2];
     let before = rows.iter().filter(|&&i| ts[i] <= reading.t_ns).count() as f64;
-    let after = rows.iter().filter(|&&i| ts[i] <= reading.t_after_ns).count() as f64;
+    let after = rows
+        .iter()
+        .filter(|&&i| ts[i] <= reading.t_after_ns)
+        .count() as f64;
     let acks = reading.segs_in as f64;
     let slack = acks * 0.02 + 2.0;
     assert!(
@@ -183,7 +234,9 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
     // cwnd and pacing rate: the event just before each reading.
     let mut agree = 0;
     for r in &mine {
-        let Some(&i) = rows.iter().rev().find(|&&i| ts[i] <= r.t_ns) else { continue };
+        let Some(&i) = rows.iter().rev().find(|&&i| ts[i] <= r.t_ns) else {
+            continue;
+        };
         let cwnd_ok = (cwnd[i] as i64 - r.cwnd as i64).abs() <= (r.cwnd as i64 / 10).max(2);
         let pace = r.pacing as f64 * 8.0;
         let pace_ok = (pacing[i] as f64 - pace).abs() <= pace * 0.1;
@@ -193,7 +246,11 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
     }
     // Between the last event and the reading more ACKs may have changed
     // cwnd; most readings must agree.
-    assert!(agree * 10 >= mine.len() * 8, "only {agree} of {} readings agree with the trace", mine.len());
+    assert!(
+        agree * 10 >= mine.len() * 8,
+        "only {agree} of {} readings agree with the trace",
+        mine.len()
+    );
     let _ = tb.destroy();
     let _ = fs::remove_dir_all(&dir);
 }
@@ -206,9 +263,19 @@ pub fn overflow_is_counted() {
     let dir = tempdir("trace-overflow");
     let out = dir.join("overflow.parquet");
     let tb = Testbed::new(TestbedConfig::new(20_000_000, 60_000)).expect("testbed");
-    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(8))]).expect("flow");
+    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(8))])
+        .expect("flow");
     let tracer = Command::new(ccctl_bin())
-        .args(["trace", "--algo", "bbr", "--stall-ms", "3000", "--duration", "5s", "--out"])
+        .args([
+            "trace",
+            "--algo",
+            "bbr",
+            "--stall-ms",
+            "3000",
+            "--duration",
+            "5s",
+            "--out",
+        ])
         .arg(&out)
         .stderr(Stdio::piped())
         .spawn()
@@ -217,9 +284,18 @@ pub fn overflow_is_counted() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let _ = running.wait();
     let (rows, meta) = pyarrow_read(&out);
-    let dropped: u64 = meta["ccctl.events_dropped"].as_str().and_then(|s| s.parse().ok()).expect("events_dropped");
-    let written: usize = meta["ccctl.events_written"].as_str().and_then(|s| s.parse().ok()).expect("events_written");
-    assert!(dropped > 0, "a 4 KiB ring with no consumer for 3 s must drop events: {meta}");
+    let dropped: u64 = meta["ccctl.events_dropped"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("events_dropped");
+    let written: usize = meta["ccctl.events_written"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("events_written");
+    assert!(
+        dropped > 0,
+        "a 4 KiB ring with no consumer for 3 s must drop events: {meta}"
+    );
     assert_eq!(rows, written);
     assert!(String::from_utf8_lossy(&o.stderr).contains(&format!("{dropped} dropped")));
     let _ = tb.destroy();
@@ -251,12 +327,23 @@ pub fn daemon_reloads_live_and_cleans_up() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("ccctl daemon");
-    wait_for("the daemon to load bpf_bbr and trace", Duration::from_secs(30), || registered("bpf_bbr") && trace_cfg_enabled());
-    let second = super::ccctl(&["daemon", "--config", cfg.to_str().unwrap_or(""), "--lock", lock.to_str().unwrap_or("")]);
+    wait_for(
+        "the daemon to load bpf_bbr and trace",
+        Duration::from_secs(30),
+        || registered("bpf_bbr") && trace_cfg_enabled(),
+    );
+    let second = super::ccctl(&[
+        "daemon",
+        "--config",
+        cfg.to_str().unwrap_or(""),
+        "--lock",
+        lock.to_str().unwrap_or(""),
+    ]);
     second.failed_with(&["another ccctl daemon"]);
 
     let tb = Testbed::new(TestbedConfig::new(20_000_000, 100_000)).expect("testbed");
-    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(12))]).expect("flow");
+    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(12))])
+        .expect("flow");
     std::thread::sleep(Duration::from_secs(5));
     fs::write(&cfg, daemon_config(&dir, 1.0)).expect("new config");
     let t_hup = monotonic_ns();
@@ -267,11 +354,22 @@ pub fn daemon_reloads_live_and_cleans_up() {
     let out = daemon.wait_with_output().expect("daemon exit");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "daemon: {stderr}");
-    assert!(stderr.contains("SIGHUP: configuration reloaded"), "{stderr}");
+    assert!(
+        stderr.contains("SIGHUP: configuration reloaded"),
+        "{stderr}"
+    );
     assert!(!registered("bpf_bbr"), "on_exit = unload");
-    assert!(!super::pin_root().exists(), "pins left: {}", super::pin_root().display());
+    assert!(
+        !super::pin_root().exists(),
+        "pins left: {}",
+        super::pin_root().display()
+    );
 
-    let files: Vec<PathBuf> = fs::read_dir(dir.join("traces")).expect("trace dir").flatten().map(|e| e.path()).collect();
+    let files: Vec<PathBuf> = fs::read_dir(dir.join("traces"))
+        .expect("trace dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert!(!files.is_empty());
     let data_port = results[0].local_port.expect("local port") as f64;
     let mut gains_before = Vec::new();
@@ -296,9 +394,16 @@ pub fn daemon_reloads_live_and_cleans_up() {
             }
         }
     }
-    assert!(!gains_before.is_empty() && gains_before.iter().all(|&g| g == 2.0), "before SIGHUP: {:?}", &gains_before[..gains_before.len().min(5)]);
+    assert!(
+        !gains_before.is_empty() && gains_before.iter().all(|&g| g == 2.0),
+        "before SIGHUP: {:?}",
+        &gains_before[..gains_before.len().min(5)]
+    );
     assert!(!gains_after.is_empty(), "no probe_bw events after SIGHUP");
-    assert!(gains_after.iter().filter(|&&g| g == 1.0).count() * 10 >= gains_after.len() * 9, "after SIGHUP the running flow uses cwnd_gain 1.0");
+    assert!(
+        gains_after.iter().filter(|&&g| g == 1.0).count() * 10 >= gains_after.len() * 9,
+        "after SIGHUP the running flow uses cwnd_gain 1.0"
+    );
     let _ = tb.destroy();
     let _ = fs::remove_dir_all(&dir);
 }

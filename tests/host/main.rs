@@ -49,7 +49,11 @@ mod flows {
             flow.retransmits,
             seen
         );
-        assert_eq!(flow.sender_cc.as_deref(), Some("bpf_bbr"), "iperf3 did not run bpf_bbr");
+        assert_eq!(
+            flow.sender_cc.as_deref(),
+            Some("bpf_bbr"),
+            "iperf3 did not run bpf_bbr"
+        );
         assert!(!seen.is_empty(), "ss never saw the data socket");
         assert!(seen.iter().all(|c| c == "bpf_bbr"), "ss saw {seen:?}");
         assert!(
@@ -64,7 +68,10 @@ mod flows {
     #[test]
     fn unload_while_a_flow_runs_is_safe() {
         let _clean = Clean::new();
-        unload_mid_flow(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)), Some(0.85));
+        unload_mid_flow(
+            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+            Some(0.85),
+        );
     }
 }
 
@@ -85,19 +92,38 @@ mod lab {
         let (run, _out, dir) = lab_run(
             "host-pipeline",
             &[
-                "--where", "host", "--rate", "50mbit", "--rtt", "0ms", "--buffer", "100pkt", "--flows", "cubic:1, bpf_bbr:1",
-                "--duration", "6s", "--warmup", "2s",
+                "--where",
+                "host",
+                "--rate",
+                "50mbit",
+                "--rtt",
+                "0ms",
+                "--buffer",
+                "100pkt",
+                "--flows",
+                "cubic:1, bpf_bbr:1",
+                "--duration",
+                "6s",
+                "--warmup",
+                "2s",
             ],
         );
         let run = run.ok();
         let dir = dir.expect("a run directory");
         assert_run_files(&dir);
-        assert!(run.stdout.contains("bpf_bbr") && run.stdout.contains("JFI"), "summary table printed:\n{}", run.stdout);
+        assert!(
+            run.stdout.contains("bpf_bbr") && run.stdout.contains("JFI"),
+            "summary table printed:\n{}",
+            run.stdout
+        );
         assert!(!registered("bpf_bbr"), "the lab unloads what it loaded");
         let meta = metadata(&dir);
         assert_eq!(meta["status"], "complete");
         assert_eq!(meta["ran_on"], "host");
-        assert_eq!(meta["planned_runs"], 6, "calibration, main, 2 solo, 2 same-cc");
+        assert_eq!(
+            meta["planned_runs"], 6,
+            "calibration, main, 2 solo, 2 same-cc"
+        );
         assert_eq!(meta["loaded_for_run"][0], "bbr");
 
         let summary = read_parquet(&dir.join("summary.parquet"));
@@ -110,7 +136,10 @@ mod lab {
         for &i in &main {
             let g = goodput[i].expect("goodput");
             assert!(g > 1e6 && g < 50e6, "goodput {g}");
-            assert!(harm[i].is_some() && m_f[i].is_some() && m_h[i].is_some(), "harm metrics for row {i}");
+            assert!(
+                harm[i].is_some() && m_f[i].is_some() && m_h[i].is_some(),
+                "harm metrics for row {i}"
+            );
         }
         // m_f of the two flows mirror each other (eq. 2 is antisymmetric).
         let (a, b) = (m_f[main[0]].unwrap_or(0.0), m_f[main[1]].unwrap_or(0.0));
@@ -121,9 +150,15 @@ mod lab {
 
         // Our algorithm's flows were traced per ACK and plotted.
         let trace = dir.join("traces/run-001.parquet");
-        assert!(read_parquet(&trace).height() > 100, "per-ACK trace of the main run");
+        assert!(
+            read_parquet(&trace).height() > 100,
+            "per-ACK trace of the main run"
+        );
         assert_eq!(meta["runs"][1]["trace"], "traces/run-001.parquet");
-        assert!(dir.join("plots/run-001-per-ack.png").is_file() && dir.join("plots/run-001-per-ack.svg").is_file());
+        assert!(
+            dir.join("plots/run-001-per-ack.png").is_file()
+                && dir.join("plots/run-001-per-ack.svg").is_file()
+        );
 
         let samples = read_parquet(&dir.join("samples.parquet"));
         assert!(samples.height() > 100, "{} samples", samples.height());
@@ -140,20 +175,64 @@ mod lab {
         fs::write(&unknown_key, "name = \"x\"\nduration = \"10s\"\nflows = \"cubic\"\ncolour = \"red\"\n[link]\nrate = \"10mbit\"\nrtt = \"0ms\"\nbuffer = \"10pkt\"\n").expect("write");
         let late = dir.join("late-flow.toml");
         fs::write(&late, "name = \"x\"\nduration = \"10s\"\n[[flows]]\ncc = \"cubic\"\nstart = \"12s\"\n[link]\nrate = \"10mbit\"\nrtt = \"0ms\"\nbuffer = \"10pkt\"\n").expect("write");
-        let (uk, lt) = (unknown_key.to_string_lossy().into_owned(), late.to_string_lossy().into_owned());
+        let (uk, lt) = (
+            unknown_key.to_string_lossy().into_owned(),
+            late.to_string_lossy().into_owned(),
+        );
         let one_off = ["--where", "host", "--duration", "5s"];
         let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
-            (vec!["--rate", "0mbit", "--rtt", "0ms", "--flows", "cubic"], vec!["--rate", "0mbit"]),
-            (vec!["--rate", "10mbit", "--rtt", "-5ms", "--flows", "cubic"], vec!["--rtt"]),
-            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "0.5pkt", "--flows", "cubic"], vec!["link.buffer", "less than one packet"]),
-            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic:1, nosuch:1"], vec!["flows[1].cc", "unknown congestion control `nosuch`"]),
-            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic", "--loss", "NaN"], vec!["link.loss"]),
-            (vec!["--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic", "--aqm", "red"], vec!["aqm"]),
-            (vec!["--rtt", "0ms", "--flows", "cubic"], vec!["--rate, --rtt and --flows are required"]),
+            (
+                vec!["--rate", "0mbit", "--rtt", "0ms", "--flows", "cubic"],
+                vec!["--rate", "0mbit"],
+            ),
+            (
+                vec!["--rate", "10mbit", "--rtt", "-5ms", "--flows", "cubic"],
+                vec!["--rtt"],
+            ),
+            (
+                vec![
+                    "--rate", "10mbit", "--rtt", "0ms", "--buffer", "0.5pkt", "--flows", "cubic",
+                ],
+                vec!["link.buffer", "less than one packet"],
+            ),
+            (
+                vec![
+                    "--rate",
+                    "10mbit",
+                    "--rtt",
+                    "0ms",
+                    "--buffer",
+                    "10pkt",
+                    "--flows",
+                    "cubic:1, nosuch:1",
+                ],
+                vec!["flows[1].cc", "unknown congestion control `nosuch`"],
+            ),
+            (
+                vec![
+                    "--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic",
+                    "--loss", "NaN",
+                ],
+                vec!["link.loss"],
+            ),
+            (
+                vec![
+                    "--rate", "10mbit", "--rtt", "0ms", "--buffer", "10pkt", "--flows", "cubic",
+                    "--aqm", "red",
+                ],
+                vec!["aqm"],
+            ),
+            (
+                vec!["--rtt", "0ms", "--flows", "cubic"],
+                vec!["--rate, --rtt and --flows are required"],
+            ),
             (vec![uk.as_str()], vec!["unknown field `colour`"]),
             (vec![lt.as_str()], vec!["flows[0].start"]),
             // A base RTT needs netem, which this kernel lacks.
-            (vec!["--rate", "10mbit", "--rtt", "40ms", "--flows", "cubic"], vec!["netem", "--where vm"]),
+            (
+                vec!["--rate", "10mbit", "--rtt", "40ms", "--flows", "cubic"],
+                vec!["netem", "--where vm"],
+            ),
         ];
         let before = snapshot();
         let netns_before = fs::read_dir("/run/netns").map(|d| d.count()).unwrap_or(0);
@@ -167,7 +246,11 @@ mod lab {
             ccctl(&full).failed_with(&needles);
             assert!(!out.exists(), "{args:?} created {}", out.display());
             assert_eq!(snapshot(), before, "{args:?} changed kernel state");
-            assert_eq!(fs::read_dir("/run/netns").map(|d| d.count()).unwrap_or(0), netns_before, "{args:?} left a namespace");
+            assert_eq!(
+                fs::read_dir("/run/netns").map(|d| d.count()).unwrap_or(0),
+                netns_before,
+                "{args:?} left a namespace"
+            );
         }
     }
 }
@@ -217,14 +300,17 @@ mod tune {
     }
 
     fn version(v: &Value) -> u64 {
-        v["version"].as_u64().unwrap_or_else(|| panic!("no version in {v}"))
+        v["version"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no version in {v}"))
     }
 
     /// Is this build's algorithm list carrying `name`?
     fn built_in(name: &str) -> bool {
         let out = ccctl(&["list", "--json"]).ok();
         let v: Value = serde_json::from_str(&out.stdout).expect("list --json is JSON");
-        v.as_array().is_some_and(|a| a.iter().any(|e| e["name"] == name))
+        v.as_array()
+            .is_some_and(|a| a.iter().any(|e| e["name"] == name))
     }
 
     /// Each case must fail naming `needles`, with `algo`'s whole view
@@ -250,37 +336,113 @@ mod tune {
         assert_eq!(v["algorithm"], "bbr");
         assert_eq!(v["kernel_name"], "bpf_bbr");
         assert_eq!(version(&v), 1, "load writes version 1: {v}");
-        assert_eq!((value(&v, "cwnd_gain"), value(&v, "probe_up_gain")), (2.0, 1.25));
+        assert_eq!(
+            (value(&v, "cwnd_gain"), value(&v, "probe_up_gain")),
+            (2.0, 1.25)
+        );
         let cwnd = &v["params"][0];
-        assert_eq!((cwnd["default"].as_f64(), cwnd["min"].as_f64(), cwnd["max"].as_f64()), (Some(2.0), Some(1.0), Some(4.0)));
-        assert_eq!(v["params"].as_array().map(Vec::len), Some(2), "bbr has the two gains only: {v}");
+        assert_eq!(
+            (
+                cwnd["default"].as_f64(),
+                cwnd["min"].as_f64(),
+                cwnd["max"].as_f64()
+            ),
+            (Some(2.0), Some(1.0), Some(4.0))
+        );
+        assert_eq!(
+            v["params"].as_array().map(Vec::len),
+            Some(2),
+            "bbr has the two gains only: {v}"
+        );
 
         let table = ccctl(&["tune", "bbr"]).ok();
-        for needle in ["version 1", "cwnd_gain", "--probe-up-gain", "DEFAULT", "1 to 4"] {
-            assert!(table.stdout.contains(needle), "{needle:?} missing:\n{}", table.stdout);
+        for needle in [
+            "version 1",
+            "cwnd_gain",
+            "--probe-up-gain",
+            "DEFAULT",
+            "1 to 4",
+        ] {
+            assert!(
+                table.stdout.contains(needle),
+                "{needle:?} missing:\n{}",
+                table.stdout
+            );
         }
 
         let out = ccctl(&["tune", "bbr", "--cwnd-gain", "3"]).ok();
-        assert!(out.stdout.contains("cwnd_gain") && out.stdout.contains("2 -> 3"), "{}", out.stdout);
+        assert!(
+            out.stdout.contains("cwnd_gain") && out.stdout.contains("2 -> 3"),
+            "{}",
+            out.stdout
+        );
         assert!(out.stdout.contains("version 1 -> 2"), "{}", out.stdout);
         let v = view("bbr");
-        assert_eq!((version(&v), value(&v, "cwnd_gain"), value(&v, "probe_up_gain")), (2, 3.0, 1.25));
+        assert_eq!(
+            (
+                version(&v),
+                value(&v, "cwnd_gain"),
+                value(&v, "probe_up_gain")
+            ),
+            (2, 3.0, 1.25)
+        );
 
         // No algorithm named: bbr is the only one loaded with that parameter.
-        let out = ccctl(&["tune", "--probe-up-gain", "1.5", "--cwnd-gain", "2.5", "--json"]).ok();
-        let printed: Value = serde_json::from_str(&out.stdout).expect("tune --json after a change is JSON");
+        let out = ccctl(&[
+            "tune",
+            "--probe-up-gain",
+            "1.5",
+            "--cwnd-gain",
+            "2.5",
+            "--json",
+        ])
+        .ok();
+        let printed: Value =
+            serde_json::from_str(&out.stdout).expect("tune --json after a change is JSON");
         assert_eq!(printed, view("bbr"), "--json prints the resulting view");
-        assert_eq!((version(&printed), value(&printed, "cwnd_gain"), value(&printed, "probe_up_gain")), (3, 2.5, 1.5));
+        assert_eq!(
+            (
+                version(&printed),
+                value(&printed, "cwnd_gain"),
+                value(&printed, "probe_up_gain")
+            ),
+            (3, 2.5, 1.5)
+        );
         let table = ccctl(&["tune"]).ok();
-        assert!(table.stdout.contains("bbr (`bpf_bbr`)") && table.stdout.contains("version 3"), "{}", table.stdout);
+        assert!(
+            table.stdout.contains("bbr (`bpf_bbr`)") && table.stdout.contains("version 3"),
+            "{}",
+            table.stdout
+        );
 
         let out = ccctl(&["tune", "--reset"]).ok();
-        assert!(out.stdout.contains("defaults restored") && out.stdout.contains("2.5 -> 2"), "{}", out.stdout);
+        assert!(
+            out.stdout.contains("defaults restored") && out.stdout.contains("2.5 -> 2"),
+            "{}",
+            out.stdout
+        );
         let v = view("bbr");
-        assert_eq!((version(&v), value(&v, "cwnd_gain"), value(&v, "probe_up_gain")), (4, 2.0, 1.25));
+        assert_eq!(
+            (
+                version(&v),
+                value(&v, "cwnd_gain"),
+                value(&v, "probe_up_gain")
+            ),
+            (4, 2.0, 1.25)
+        );
 
         // A parameter no loaded algorithm has: nothing to infer.
-        refused_without_change("bbr", &[(&["--wmin", "0.75"], &["no loaded algorithm has", "w_min (--wmin)", "bbr (cwnd_gain, probe_up_gain)"])]);
+        refused_without_change(
+            "bbr",
+            &[(
+                &["--wmin", "0.75"],
+                &[
+                    "no loaded algorithm has",
+                    "w_min (--wmin)",
+                    "bbr (cwnd_gain, probe_up_gain)",
+                ],
+            )],
+        );
     }
 
     #[test]
@@ -292,26 +454,72 @@ mod tune {
         refused_without_change(
             "bbr",
             &[
-                (&["bbr", "--cwnd-gain", "nan"], &["not a number", range[0], range[1]]),
+                (
+                    &["bbr", "--cwnd-gain", "nan"],
+                    &["not a number", range[0], range[1]],
+                ),
                 (&["bbr", "--cwnd-gain", "NaN"], &["not a number", range[0]]),
-                (&["bbr", "--cwnd-gain", "inf"], &["not a finite number", range[0], range[1]]),
-                (&["bbr", "--cwnd-gain", "-inf"], &["not a finite number", range[0]]),
-                (&["bbr", "--cwnd-gain", "-1"], &["-1 is out of range", range[0], range[1]]),
-                (&["bbr", "--cwnd-gain", "5.0"], &["5 is out of range", range[0], range[1]]),
+                (
+                    &["bbr", "--cwnd-gain", "inf"],
+                    &["not a finite number", range[0], range[1]],
+                ),
+                (
+                    &["bbr", "--cwnd-gain", "-inf"],
+                    &["not a finite number", range[0]],
+                ),
+                (
+                    &["bbr", "--cwnd-gain", "-1"],
+                    &["-1 is out of range", range[0], range[1]],
+                ),
+                (
+                    &["bbr", "--cwnd-gain", "5.0"],
+                    &["5 is out of range", range[0], range[1]],
+                ),
                 (&["bbr", "--cwnd-gain", "0.5"], &["out of range", range[0]]),
-                (&["bbr", "--probe-up-gain", "2.5"], &["probe_up_gain (--probe-up-gain)", "1 to 2"]),
+                (
+                    &["bbr", "--probe-up-gain", "2.5"],
+                    &["probe_up_gain (--probe-up-gain)", "1 to 2"],
+                ),
                 // Several values, one bad: none is written.
-                (&["bbr", "--cwnd-gain", "2", "--probe-up-gain", "9"], &["probe_up_gain (--probe-up-gain)", "1 to 2"]),
-                (&["--cwnd-gain", "4", "--probe-up-gain", "nan"], &["probe_up_gain (--probe-up-gain)", "not a number"]),
+                (
+                    &["bbr", "--cwnd-gain", "2", "--probe-up-gain", "9"],
+                    &["probe_up_gain (--probe-up-gain)", "1 to 2"],
+                ),
+                (
+                    &["--cwnd-gain", "4", "--probe-up-gain", "nan"],
+                    &["probe_up_gain (--probe-up-gain)", "not a number"],
+                ),
                 // Parameters bbr does not have, valid ones listed.
-                (&["bbr", "--wmin", "0.5"], &["w_min (--wmin)", "not a parameter of bbr", "valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain)"]),
-                (&["bbr", "--smin", "2", "--cwnd-gain", "2"], &["s_min (--smin)", "not a parameter of bbr"]),
-                (&["bbr", "--wmin", "0.9", "--wmax", "0.8"], &["not a parameter of bbr"]),
+                (
+                    &["bbr", "--wmin", "0.5"],
+                    &[
+                        "w_min (--wmin)",
+                        "not a parameter of bbr",
+                        "valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain)",
+                    ],
+                ),
+                (
+                    &["bbr", "--smin", "2", "--cwnd-gain", "2"],
+                    &["s_min (--smin)", "not a parameter of bbr"],
+                ),
+                (
+                    &["bbr", "--wmin", "0.9", "--wmax", "0.8"],
+                    &["not a parameter of bbr"],
+                ),
                 // clap: not a number at all, and --reset with values.
-                (&["bbr", "--cwnd-gain", "abc"], &["--cwnd-gain", "invalid float"]),
+                (
+                    &["bbr", "--cwnd-gain", "abc"],
+                    &["--cwnd-gain", "invalid float"],
+                ),
                 (&["bbr", "--cwnd-gain", ""], &["--cwnd-gain"]),
-                (&["bbr", "--reset", "--cwnd-gain", "2"], &["--reset", "cannot be used with", "--cwnd-gain"]),
-                (&["nosuch", "--cwnd-gain", "2"], &["unknown algorithm `nosuch`"]),
+                (
+                    &["bbr", "--reset", "--cwnd-gain", "2"],
+                    &["--reset", "cannot be used with", "--cwnd-gain"],
+                ),
+                (
+                    &["nosuch", "--cwnd-gain", "2"],
+                    &["unknown algorithm `nosuch`"],
+                ),
             ],
         );
         assert_eq!(value(&view("bbr"), "cwnd_gain"), 3.0);
@@ -320,7 +528,8 @@ mod tune {
         // Not loaded: a clear error, and still nothing loaded.
         ccctl(&["unload", "bbr"]).ok();
         let state = snapshot();
-        ccctl(&["tune", "bbr", "--cwnd-gain", "3"]).failed_with(&["bbr is not loaded", "ccctl load bbr"]);
+        ccctl(&["tune", "bbr", "--cwnd-gain", "3"])
+            .failed_with(&["bbr is not loaded", "ccctl load bbr"]);
         ccctl(&["tune", "bbr"]).failed_with(&["bbr is not loaded"]);
         ccctl(&["tune", "bbr", "--reset"]).failed_with(&["bbr is not loaded"]);
         ccctl(&["tune", "--cwnd-gain", "3"]).failed_with(&["no ccctl algorithm is loaded"]);
@@ -333,10 +542,26 @@ mod tune {
         let _clean = Clean::new();
         let state = snapshot();
         for (args, needles) in [
-            (&["load", "bbr", "--wmin", "0.5"][..], &["w_min (--wmin)", "not a parameter of bbr", "valid: cwnd_gain"][..]),
-            (&["load", "bbr", "--cwnd-gain", "9"], &["cwnd_gain (--cwnd-gain)", "1 to 4"]),
-            (&["load", "bbr", "--cwnd-gain", "nan", "--default"], &["not a number"]),
-            (&["load", "bbr", "--probe-up-gain", "-1"], &["probe_up_gain (--probe-up-gain)", "out of range"]),
+            (
+                &["load", "bbr", "--wmin", "0.5"][..],
+                &[
+                    "w_min (--wmin)",
+                    "not a parameter of bbr",
+                    "valid: cwnd_gain",
+                ][..],
+            ),
+            (
+                &["load", "bbr", "--cwnd-gain", "9"],
+                &["cwnd_gain (--cwnd-gain)", "1 to 4"],
+            ),
+            (
+                &["load", "bbr", "--cwnd-gain", "nan", "--default"],
+                &["not a number"],
+            ),
+            (
+                &["load", "bbr", "--probe-up-gain", "-1"],
+                &["probe_up_gain (--probe-up-gain)", "out of range"],
+            ),
         ] {
             ccctl(args).failed_with(needles);
             assert!(!registered("bpf_bbr"), "{args:?} loaded bpf_bbr");
@@ -344,13 +569,25 @@ mod tune {
         }
 
         let out = ccctl(&["load", "bbr", "--cwnd-gain", "3", "--probe-up-gain", "1.1"]).ok();
-        assert!(out.stdout.contains("initial parameters: cwnd_gain 3"), "{}", out.stdout);
+        assert!(
+            out.stdout.contains("initial parameters: cwnd_gain 3"),
+            "{}",
+            out.stdout
+        );
         let v = view("bbr");
-        assert_eq!((version(&v), value(&v, "cwnd_gain"), value(&v, "probe_up_gain")), (1, 3.0, 1.1));
+        assert_eq!(
+            (
+                version(&v),
+                value(&v, "cwnd_gain"),
+                value(&v, "probe_up_gain")
+            ),
+            (1, 3.0, 1.1)
+        );
 
         // Already loaded: the values are not silently dropped.
         let state = snapshot();
-        ccctl(&["load", "bbr", "--cwnd-gain", "2", "--default"]).failed_with(&["already loaded", "ccctl tune bbr"]);
+        ccctl(&["load", "bbr", "--cwnd-gain", "2", "--default"])
+            .failed_with(&["already loaded", "ccctl tune bbr"]);
         assert_eq!(view("bbr"), v);
         assert_eq!(snapshot(), state);
         // Without values, loading twice is still fine.
@@ -362,12 +599,24 @@ mod tune {
     #[test]
     fn modest_bbr_window_parameters() {
         let _clean = Clean::new();
-        assert!(built_in("modest-bbr"), "this build has no modest-bbr: `ccctl list`");
+        assert!(
+            built_in("modest-bbr"),
+            "this build has no modest-bbr: `ccctl list`"
+        );
         let state = snapshot();
         for (args, needles) in [
-            (&["load", "modest-bbr", "--wmin", "0.9", "--wmax", "0.8"][..], &["w_min 0.9 must be below w_max 0.8"][..]),
-            (&["load", "modest-bbr", "--smin", "65"], &["s_min (--smin)", "1 to 64"]),
-            (&["load", "modest-bbr", "--wmin", "0"], &["w_min (--wmin)", "from 0.125, below 1"]),
+            (
+                &["load", "modest-bbr", "--wmin", "0.9", "--wmax", "0.8"][..],
+                &["w_min 0.9 must be below w_max 0.8"][..],
+            ),
+            (
+                &["load", "modest-bbr", "--smin", "65"],
+                &["s_min (--smin)", "1 to 64"],
+            ),
+            (
+                &["load", "modest-bbr", "--wmin", "0"],
+                &["w_min (--wmin)", "above 0, below 1"],
+            ),
         ] {
             ccctl(args).failed_with(needles);
             assert!(!registered("modest_bbr"), "{args:?} loaded modest_bbr");
@@ -379,38 +628,104 @@ mod tune {
         assert_eq!(v["kernel_name"], "modest_bbr");
         assert_eq!(version(&v), 1);
         assert_eq!(value(&v, "w_min"), 0.6, "{v}");
-        assert_eq!((value(&v, "w_max"), value(&v, "s_min"), value(&v, "cwnd_gain"), value(&v, "probe_up_gain")), (1.0, 1.0, 2.0, 1.25));
+        assert_eq!(
+            (
+                value(&v, "w_max"),
+                value(&v, "s_min"),
+                value(&v, "cwnd_gain"),
+                value(&v, "probe_up_gain")
+            ),
+            (1.0, 1.0, 2.0, 1.25)
+        );
 
         // The example, inferred: only modest-bbr has w_min.
-        ccctl(&["tune", "--wmin", "0.75", "--smin", "1", "--wmax", "1.0", "--cwnd-gain", "2"]).ok();
+        ccctl(&[
+            "tune",
+            "--wmin",
+            "0.75",
+            "--smin",
+            "1",
+            "--wmax",
+            "1.0",
+            "--cwnd-gain",
+            "2",
+        ])
+        .ok();
         ccctl(&["tune", "--wmin", "0.5", "--wmax", "0.7", "--smin", "8"]).ok();
         let v = view("modest-bbr");
-        assert_eq!((version(&v), value(&v, "w_min"), value(&v, "w_max"), value(&v, "s_min")), (3, 0.5, 0.7, 8.0));
+        assert_eq!(
+            (
+                version(&v),
+                value(&v, "w_min"),
+                value(&v, "w_max"),
+                value(&v, "s_min")
+            ),
+            (3, 0.5, 0.7, 8.0)
+        );
 
-        let w = ["w_min (--wmin)", "0.125 <= w_min < w_max <= 1"];
+        let w = ["w_min (--wmin)", "0 < w_min < w_max <= 1"];
         refused_without_change(
             "modest-bbr",
             &[
-                (&["modest-bbr", "--wmin", "0.9", "--wmax", "0.8"], &["w_min 0.9 must be below w_max 0.8", w[1]]),
+                (
+                    &["modest-bbr", "--wmin", "0.9", "--wmax", "0.8"],
+                    &["w_min 0.9 must be below w_max 0.8", w[1]],
+                ),
                 // Against the set in force (w_max 0.7).
-                (&["modest-bbr", "--wmin", "0.7"], &["w_min 0.7 must be below w_max 0.7", w[1]]),
+                (
+                    &["modest-bbr", "--wmin", "0.7"],
+                    &["w_min 0.7 must be below w_max 0.7", w[1]],
+                ),
                 (&["--wmax", "0.4"], &["w_min 0.5 must be below w_max 0.4"]),
-                (&["modest-bbr", "--wmin", "0"], &[w[0], "from 0.125"]),
-                (&["modest-bbr", "--wmin", "0.1"], &[w[0], "out of range", "from 0.125"]),
+                (&["modest-bbr", "--wmin", "0"], &[w[0], "above 0"]),
+                (
+                    &["modest-bbr", "--wmin", "0.0001"],
+                    &[w[0], "rounds to 0", "above 0"],
+                ),
                 (&["modest-bbr", "--wmin", "-1"], &[w[0], "out of range"]),
                 (&["modest-bbr", "--wmin", "nan"], &[w[0], "not a number"]),
-                (&["modest-bbr", "--wmax", "inf"], &["w_max (--wmax)", "not a finite number"]),
-                (&["modest-bbr", "--wmax", "1.5"], &["w_max (--wmax)", "up to 1"]),
-                (&["modest-bbr", "--smin", "1.5"], &["s_min (--smin)", "whole number", "1 to 64"]),
-                (&["modest-bbr", "--smin", "65"], &["s_min (--smin)", "1 to 64"]),
-                (&["modest-bbr", "--smin", "0"], &["s_min (--smin)", "1 to 64"]),
-                (&["modest-bbr", "--smin", "4", "--wmin", "0.6", "--cwnd-gain", "5"], &["cwnd_gain (--cwnd-gain)", "1 to 4"]),
+                (
+                    &["modest-bbr", "--wmax", "inf"],
+                    &["w_max (--wmax)", "not a finite number"],
+                ),
+                (
+                    &["modest-bbr", "--wmax", "1.5"],
+                    &["w_max (--wmax)", "up to 1"],
+                ),
+                (
+                    &["modest-bbr", "--smin", "1.5"],
+                    &["s_min (--smin)", "whole number", "1 to 64"],
+                ),
+                (
+                    &["modest-bbr", "--smin", "65"],
+                    &["s_min (--smin)", "1 to 64"],
+                ),
+                (
+                    &["modest-bbr", "--smin", "0"],
+                    &["s_min (--smin)", "1 to 64"],
+                ),
+                (
+                    &[
+                        "modest-bbr",
+                        "--smin",
+                        "4",
+                        "--wmin",
+                        "0.6",
+                        "--cwnd-gain",
+                        "5",
+                    ],
+                    &["cwnd_gain (--cwnd-gain)", "1 to 4"],
+                ),
             ],
         );
 
         // With bbr loaded too, a gain alone names two candidates.
         ccctl(&["load", "bbr"]).ok();
-        ccctl(&["tune", "--cwnd-gain", "3"]).failed_with(&["several loaded algorithms", "bbr (", "modest-bbr ("]);
+        ccctl(&["tune", "--cwnd-gain", "3"]).failed_with(&[
+            "several loaded algorithms",
+            "bbr (",
+            "modest-bbr (",
+        ]);
         ccctl(&["tune"]).failed_with(&["several loaded algorithms"]);
         ccctl(&["tune", "--smin", "2"]).ok();
         assert_eq!(value(&view("modest-bbr"), "s_min"), 2.0);
@@ -418,8 +733,12 @@ mod tune {
 
         ccctl(&["tune", "modest-bbr", "--reset"]).ok();
         let v = view("modest-bbr");
-        assert_eq!((value(&v, "w_min"), value(&v, "w_max"), value(&v, "s_min")), (0.75, 1.0, 1.0));
-        ccctl(&["load", "modest-bbr", "--wmin", "0.6"]).failed_with(&["already loaded", "ccctl tune modest-bbr"]);
+        assert_eq!(
+            (value(&v, "w_min"), value(&v, "w_max"), value(&v, "s_min")),
+            (0.75, 1.0, 1.0)
+        );
+        ccctl(&["load", "modest-bbr", "--wmin", "0.6"])
+            .failed_with(&["already loaded", "ccctl tune modest-bbr"]);
         assert_eq!(view("modest-bbr"), v);
     }
 }

@@ -54,7 +54,10 @@ fn unload_while_a_flow_runs_is_safe() {
     require_vm();
     let _clean = Clean::new();
     // The emulated CPU cannot promise line rate: compare the flow with itself.
-    unload_mid_flow(TestbedConfig::new(10_000_000, buffer_bdp(10_000_000, RTT, 1.0, 1500)).with_rtts(&[RTT]), None);
+    unload_mid_flow(
+        TestbedConfig::new(10_000_000, buffer_bdp(10_000_000, RTT, 1.0, 1500)).with_rtts(&[RTT]),
+        None,
+    );
 }
 
 /// The link of the equivalence tests: 40 ms base RTT, one BDP of buffer at
@@ -64,7 +67,8 @@ const RTT: Duration = Duration::from_millis(40);
 const CANDIDATE_RATES_BPS: [u64; 2] = [20_000_000, 10_000_000];
 
 fn equivalence_link(rate_bps: u64, senders: usize) -> TestbedConfig {
-    TestbedConfig::new(rate_bps, buffer_bdp(rate_bps, RTT, 1.0, 1500)).with_rtts(&vec![RTT; senders])
+    TestbedConfig::new(rate_bps, buffer_bdp(rate_bps, RTT, 1.0, 1500))
+        .with_rtts(&vec![RTT; senders])
 }
 
 /// Under TCG a busy host cannot forward 20 Mbit/s, and then every algorithm
@@ -81,15 +85,28 @@ fn calibrate() -> u64 {
     for rate in CANDIDATE_RATES_BPS {
         let cfg = TestbedConfig::new(rate, buffer_bdp(rate, RTT, 2.0, 1500)).with_rtts(&[RTT]);
         let tb = testbed(cfg);
-        let flow = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(10))).expect("iperf3");
+        let flow = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(10)))
+            .expect("iperf3");
         let util = flow.goodput_bps / rate as f64;
-        println!("calibration: cubic reached {:.1} of {} Mbit/s ({:.0} %)", mbit(flow.goodput_bps), rate / 1_000_000, 100.0 * util);
+        println!(
+            "calibration: cubic reached {:.1} of {} Mbit/s ({:.0} %)",
+            mbit(flow.goodput_bps),
+            rate / 1_000_000,
+            100.0 * util
+        );
         if util >= 0.85 {
             return rate;
         }
-        seen.push(format!("{:.0} % of {} Mbit/s", 100.0 * util, rate / 1_000_000));
+        seen.push(format!(
+            "{:.0} % of {} Mbit/s",
+            100.0 * util,
+            rate / 1_000_000
+        ));
     }
-    panic!("testbed-limited: the VM cannot carry a reference Cubic flow ({}); is the machine busy?", seen.join(", "));
+    panic!(
+        "testbed-limited: the VM cannot carry a reference Cubic flow ({}); is the machine busy?",
+        seen.join(", ")
+    );
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -117,12 +134,19 @@ fn solo_bpf_bbr_matches_native_bbr() {
     let secs = 20;
     let mut runs: Vec<(&str, FlowResult)> = Vec::new();
     for cc in ["bbr", "bpf_bbr", "bbr", "bpf_bbr", "bbr", "bpf_bbr"] {
-        let flow = iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs))).expect("iperf3");
+        let flow =
+            iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs))).expect("iperf3");
         assert_eq!(flow.sender_cc.as_deref(), Some(cc));
         runs.push((cc, flow));
     }
     let stat = |cc: &str, f: fn(&FlowResult) -> f64| -> f64 {
-        mean(&runs.iter().filter(|(c, _)| *c == cc).map(|(_, r)| f(r)).collect::<Vec<_>>())
+        mean(
+            &runs
+                .iter()
+                .filter(|(c, _)| *c == cc)
+                .map(|(_, r)| f(r))
+                .collect::<Vec<_>>(),
+        )
     };
     let tput = |r: &FlowResult| r.goodput_bps;
     let rtt = |r: &FlowResult| r.mean_rtt_us.unwrap_or(0) as f64 / 1000.0;
@@ -137,12 +161,23 @@ fn solo_bpf_bbr_matches_native_bbr() {
         mbit(nt), nr, nx, mbit(bt), br, bx, bt / nt, br / nr
     );
     for (cc, r) in &runs {
-        text.push_str(&format!("\n  run {cc}: {:.2} Mbit/s, {:.1} ms, {} retx", mbit(r.goodput_bps), rtt(r), r.retransmits));
+        text.push_str(&format!(
+            "\n  run {cc}: {:.2} Mbit/s, {:.1} ms, {} retx",
+            mbit(r.goodput_bps),
+            rtt(r),
+            r.retransmits
+        ));
     }
     record("vm-equivalence-solo.txt", &text);
     assert!(nt > 0.0 && nr > 0.0, "native bbr measured nothing");
-    assert!((bt / nt - 1.0).abs() <= 0.05, "throughput differs by more than 5 %:\n{text}");
-    assert!((br / nr - 1.0).abs() <= 0.10, "mean RTT differs by more than 10 %:\n{text}");
+    assert!(
+        (bt / nt - 1.0).abs() <= 0.05,
+        "throughput differs by more than 5 %:\n{text}"
+    );
+    assert!(
+        (br / nr - 1.0).abs() <= 0.10,
+        "mean RTT differs by more than 10 %:\n{text}"
+    );
 }
 
 /// Sharing the link, bpf_bbr and native bbr each get 35–65 % of the total.
@@ -170,10 +205,24 @@ fn bpf_bbr_and_native_bbr_share_a_link() {
         );
     }
     let total: f64 = flows.iter().map(|f| f.goodput_bps).sum();
-    let share = |cc: &str| flows.iter().filter(|f| f.spec.cc == cc).map(|f| f.goodput_bps).sum::<f64>() / total;
+    let share = |cc: &str| {
+        flows
+            .iter()
+            .filter(|f| f.spec.cc == cc)
+            .map(|f| f.goodput_bps)
+            .sum::<f64>()
+            / total
+    };
     let runs = flows
         .iter()
-        .map(|f| format!("{} on sender {}: {:.2} Mbit/s", f.spec.cc, f.spec.sender, mbit(f.goodput_bps)))
+        .map(|f| {
+            format!(
+                "{} on sender {}: {:.2} Mbit/s",
+                f.spec.cc,
+                f.spec.sender,
+                mbit(f.goodput_bps)
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ");
     let text = format!(
@@ -189,7 +238,11 @@ fn bpf_bbr_and_native_bbr_share_a_link() {
     record("vm-equivalence-shared.txt", &text);
     for cc in ["bbr", "bpf_bbr"] {
         let s = share(cc);
-        assert!((0.35..=0.65).contains(&s), "{cc} got {:.1} % of the link:\n{text}", 100.0 * s);
+        assert!(
+            (0.35..=0.65).contains(&s),
+            "{cc} got {:.1} % of the link:\n{text}",
+            100.0 * s
+        );
     }
 }
 
@@ -225,29 +278,63 @@ mod lab {
         assert_eq!(meta["ran_on"], "vm");
         assert_eq!(meta["status"], "complete");
         let summary = read_parquet(&dir.join("summary.parquet"));
-        let limited_col = summary.column("testbed_limited").expect("column").bool().expect("bool").clone();
-        let limited: Vec<bool> = (0..limited_col.len()).map(|i| limited_col.get(i).unwrap_or(true)).collect();
-        assert!(!limited.iter().any(|&l| l), "calibration marked the VM testbed-limited: {meta}");
+        let limited_col = summary
+            .column("testbed_limited")
+            .expect("column")
+            .bool()
+            .expect("bool")
+            .clone();
+        let limited: Vec<bool> = (0..limited_col.len())
+            .map(|i| limited_col.get(i).unwrap_or(true))
+            .collect();
+        assert!(
+            !limited.iter().any(|&l| l),
+            "calibration marked the VM testbed-limited: {meta}"
+        );
 
         let matchup = f64s(&summary, "matchup");
         let goodput = f64s(&summary, "goodput_bps");
         let min_rtt = f64s(&summary, "min_rtt_ms");
         let flows = rows(&summary, "flow", "main");
-        let single: Vec<usize> = flows.iter().copied().filter(|&i| matchup[i] == Some(0.0)).collect();
+        let single: Vec<usize> = flows
+            .iter()
+            .copied()
+            .filter(|&i| matchup[i] == Some(0.0))
+            .collect();
         assert_eq!(single.len(), 1);
         let g = goodput[single[0]].expect("goodput");
-        assert!((g - 10e6).abs() <= 1e6, "single flow goodput {:.2} Mbit/s, not within 10 % of 10", g / 1e6);
+        assert!(
+            (g - 10e6).abs() <= 1e6,
+            "single flow goodput {:.2} Mbit/s, not within 10 % of 10",
+            g / 1e6
+        );
         let r = min_rtt[single[0]].expect("min RTT");
-        assert!((r - 40.0).abs() <= 4.0, "single flow min RTT {r:.2} ms, not within 10 % of 40");
+        assert!(
+            (r - 40.0).abs() <= 4.0,
+            "single flow min RTT {r:.2} ms, not within 10 % of 40"
+        );
 
         let runs = rows(&summary, "run", "main");
-        let pair = runs.iter().copied().find(|&i| matchup[i] == Some(1.0)).expect("two-flow run");
+        let pair = runs
+            .iter()
+            .copied()
+            .find(|&i| matchup[i] == Some(1.0))
+            .expect("two-flow run");
         let jfi = f64s(&summary, "jain_index")[pair].expect("JFI");
         assert!(jfi > 0.9, "two Cubic flows: JFI {jfi:.3}");
     }
 
     const INTERRUPTIBLE: &[&str] = &[
-        "--rate", "10mbit", "--rtt", "20ms", "--buffer", "1bdp", "--flows", "cubic:1, bpf_bbr:1", "--duration", "60s",
+        "--rate",
+        "10mbit",
+        "--rtt",
+        "20ms",
+        "--buffer",
+        "1bdp",
+        "--flows",
+        "cubic:1, bpf_bbr:1",
+        "--duration",
+        "60s",
         "--no-baselines",
     ];
 
@@ -283,14 +370,33 @@ mod lab {
         let pid = child.id();
         child.kill().expect("SIGKILL");
         child.wait().expect("wait");
-        assert!(!namespaces_of(pid).is_empty(), "SIGKILL should leave the namespaces (else this test proves nothing)");
+        assert!(
+            !namespaces_of(pid).is_empty(),
+            "SIGKILL should leave the namespaces (else this test proves nothing)"
+        );
         assert!(registered("bpf_bbr"));
         let (run, _out, _dir) = lab_run(
             "vm-after-crash",
-            &["--rate", "10mbit", "--rtt", "10ms", "--buffer", "1bdp", "--flows", "cubic", "--duration", "4s", "--warmup", "1s", "--no-baselines"],
+            &[
+                "--rate",
+                "10mbit",
+                "--rtt",
+                "10ms",
+                "--buffer",
+                "1bdp",
+                "--flows",
+                "cubic",
+                "--duration",
+                "4s",
+                "--warmup",
+                "1s",
+                "--no-baselines",
+            ],
         );
         run.ok();
-        wait_for("stale iperf3 to exit", Duration::from_secs(10), || iperf3_pids().is_empty());
+        wait_for("stale iperf3 to exit", Duration::from_secs(10), || {
+            iperf3_pids().is_empty()
+        });
         assert_nothing_left(pid, "bpf_bbr", "bbr");
         let _ = ccctl(&["status"]);
     }
@@ -307,5 +413,27 @@ mod tracing {
     fn traced_flow_is_one_row_per_ack_and_matches_the_socket() {
         require_vm();
         traced_flow_matches_the_socket(10_000_000, 50_000, Duration::from_millis(20));
+    }
+}
+
+/// Modest BBR (issue 4) on the 6.1 kernel: it loads through the 2-argument
+/// cong_control and a map registration, and carries a flow.
+mod modest {
+    use super::*;
+    use crate::common::modest;
+
+    #[test]
+    fn modest_bbr_loads_and_carries_a_flow() {
+        require_vm();
+        let rate = calibrated_rate();
+        // 1 BDP: modest_bbr's search may take a share off BBR's window when
+        // the buffer overflows; more than half the link is "carries".
+        modest::modest_bbr_carries_a_flow(equivalence_link(rate, 1), 20, 0.6);
+    }
+
+    #[test]
+    fn live_tune_changes_a_running_flow_and_reset_restores_it() {
+        require_vm();
+        modest::live_tune_reaches_a_running_flow(10_000_000, RTT);
     }
 }

@@ -49,7 +49,8 @@ pub struct TraceArgs {
 impl TraceArgs {
     /// The session these flags ask for, validated; nothing is touched yet.
     pub fn options(&self) -> Result<TraceOptions, TraceError> {
-        let filter = Filter::new(&self.algos, self.port, self.sample, self.per_rtt)?.with_endpoints(self.local, self.remote);
+        let filter = Filter::new(&self.algos, self.port, self.sample, self.per_rtt)?
+            .with_endpoints(self.local, self.remote);
         let output = match (&self.out, &self.csv, self.follow) {
             (Some(p), None, false) => Output::Parquet(p.clone()),
             (None, Some(p), false) => Output::Csv(p.clone()),

@@ -230,9 +230,15 @@ mod tests {
         let ok = "[[algorithms]]\nname = \"modest-bbr\"\nparams = { w_min = 0.6, wmax = 0.9, s_min = 2, cwnd_gain = 2.5 }";
         DaemonConfig::from_toml(ok).expect("valid modest-bbr params");
         let cases = [
-            ("params = { w_min = 0.9, w_max = 0.8 }", "w_min 0.9 must be below w_max 0.8"),
+            (
+                "params = { w_min = 0.9, w_max = 0.8 }",
+                "w_min 0.9 must be below w_max 0.8",
+            ),
             // Unlisted parameters are at their defaults: w_min 0.75.
-            ("params = { w_max = 0.7 }", "w_min 0.75 must be below w_max 0.7"),
+            (
+                "params = { w_max = 0.7 }",
+                "w_min 0.75 must be below w_max 0.7",
+            ),
             ("params = { s_min = 1.5 }", "whole number"),
             ("params = { s_min = 65 }", "1 to 64"),
             ("params = { theta = 1.0 }", "valid: cwnd_gain (--cwnd-gain)"),
@@ -240,7 +246,10 @@ mod tests {
         for (params, needle) in cases {
             let text = format!("[[algorithms]]\nname = \"modest-bbr\"\n{params}");
             let e = DaemonConfig::from_toml(&text).expect_err(params);
-            assert!(e.contains("algorithms[0].params") && e.contains(needle), "{params}: {e}");
+            assert!(
+                e.contains("algorithms[0].params") && e.contains(needle),
+                "{params}: {e}"
+            );
         }
     }
 

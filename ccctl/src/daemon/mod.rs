@@ -123,7 +123,8 @@ struct Tracing {
 
 impl Tracing {
     fn start(cfg: &config::TraceConfig, rotate_bytes: u64) -> Result<Tracing> {
-        std::fs::create_dir_all(&cfg.out_dir).with_context(|| format!("creating {}", cfg.out_dir.display()))?;
+        std::fs::create_dir_all(&cfg.out_dir)
+            .with_context(|| format!("creating {}", cfg.out_dir.display()))?;
         let maps = Arc::new(trace::SharedMaps::open()?);
         let filter = trace_filter(cfg)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -173,7 +174,12 @@ impl Tracing {
 }
 
 fn trace_filter(cfg: &config::TraceConfig) -> Result<trace::Filter> {
-    Ok(trace::Filter::new(&cfg.algo, (cfg.port != 0).then_some(cfg.port), Some(cfg.sample), cfg.per_rtt)?)
+    Ok(trace::Filter::new(
+        &cfg.algo,
+        (cfg.port != 0).then_some(cfg.port),
+        Some(cfg.sample),
+        cfg.per_rtt,
+    )?)
 }
 
 /// What the daemon has done to the system, to undo on exit.
@@ -210,7 +216,11 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
                 },
             )?;
         }
-        let before = prev.and_then(|p| p.algorithms.iter().find(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name)));
+        let before = prev.and_then(|p| {
+            p.algorithms
+                .iter()
+                .find(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name))
+        });
         if !written && before.map(|b| &b.params) != Some(&a.params) {
             // Unlisted parameters go back to their defaults: the file is the
             // truth. One map update, so flows never see a half-applied set.
@@ -220,8 +230,13 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
     }
     if let Some(p) = prev {
         for old in &p.algorithms {
-            let Ok(algo) = algos::find(&old.name) else { continue };
-            let still = cfg.algorithms.iter().any(|a| algos::find(&a.name).is_ok_and(|a| a.name == algo.name));
+            let Ok(algo) = algos::find(&old.name) else {
+                continue;
+            };
+            let still = cfg
+                .algorithms
+                .iter()
+                .any(|a| algos::find(&a.name).is_ok_and(|a| a.name == algo.name));
             if !still && state.loaded_by_us.remove(algo.name) {
                 loader::unload(algo)?;
                 tracing::info!(algo = algo.name, "unloaded (no longer in the config)");
@@ -232,7 +247,8 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
 }
 
 fn read_config(path: &Path) -> Result<DaemonConfig> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     DaemonConfig::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
@@ -258,7 +274,11 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
             "ccctl daemon: running (pid {}): {} algorithm(s){}",
             std::process::id(),
             cfg.algorithms.len(),
-            if tracing_thread.is_some() { ", tracing" } else { "" }
+            if tracing_thread.is_some() {
+                ", tracing"
+            } else {
+                ""
+            }
         );
         loop {
             if signals::term() {
@@ -275,20 +295,29 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
                 match read_config(&opts.config) {
                     Err(e) => {
                         tracing::error!("SIGHUP: keeping the running configuration: {e:#}");
-                        eprintln!("ccctl daemon: SIGHUP: config refused, keeping the running one: {e:#}");
+                        eprintln!(
+                            "ccctl daemon: SIGHUP: config refused, keeping the running one: {e:#}"
+                        );
                     }
                     Ok(new) => {
                         apply(&new, Some(&cfg), &mut state)?;
                         tracing_thread = match (tracing_thread.take(), &new.trace) {
-                            (Some(t), Some(tc)) if cfg.trace.as_ref().map(|o| (&o.out_dir, &o.rotate_size, o.rotate_time))
-                                == Some((&tc.out_dir, &tc.rotate_size, tc.rotate_time)) =>
+                            (Some(t), Some(tc))
+                                if cfg
+                                    .trace
+                                    .as_ref()
+                                    .map(|o| (&o.out_dir, &o.rotate_size, o.rotate_time))
+                                    == Some((&tc.out_dir, &tc.rotate_size, tc.rotate_time)) =>
                             {
                                 t.refilter(tc)?;
                                 Some(t)
                             }
                             (Some(t), new_trace) => {
                                 let s = t.stop()?;
-                                eprintln!("ccctl daemon: trace: {} events written, {} dropped", s.events_written, s.events_dropped);
+                                eprintln!(
+                                    "ccctl daemon: trace: {} events written, {} dropped",
+                                    s.events_written, s.events_dropped
+                                );
                                 match new_trace {
                                     Some(tc) => Some(Tracing::start(tc, new.rotate_bytes())?),
                                     None => None,
@@ -306,7 +335,10 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
         }
         if let Some(t) = tracing_thread.take() {
             let s = t.stop()?;
-            eprintln!("ccctl daemon: trace: {} events written, {} dropped", s.events_written, s.events_dropped);
+            eprintln!(
+                "ccctl daemon: trace: {} events written, {} dropped",
+                s.events_written, s.events_dropped
+            );
         }
         Ok(())
     })();
@@ -325,7 +357,11 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     }
     eprintln!(
         "ccctl daemon: stopped; algorithms {}",
-        if cfg.on_exit == OnExit::Unload { "unloaded" } else { "left loaded" }
+        if cfg.on_exit == OnExit::Unload {
+            "unloaded"
+        } else {
+            "left loaded"
+        }
     );
     result?;
     if let Some(e) = cleanup_err {

@@ -138,18 +138,30 @@ fn pid_alive(pid: i32) -> bool {
 
 /// Unloads what dead lab processes had loaded for their runs.
 fn reap_stale() {
-    let Ok(rd) = std::fs::read_dir(MARKER_DIR) else { return };
+    let Ok(rd) = std::fs::read_dir(MARKER_DIR) else {
+        return;
+    };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some((algo, pid)) = name.rsplit_once('.') else { continue };
-        let Ok(pid) = pid.parse::<i32>() else { continue };
+        let Some((algo, pid)) = name.rsplit_once('.') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
         if pid_alive(pid) {
             continue;
         }
         if let Ok(a) = algos::find(algo) {
             match loader::unload(a) {
-                Ok(_) => tracing::info!(algo, pid, "unloaded what a crashed lab run (pid {pid}) had loaded"),
-                Err(err) => tracing::warn!(algo, error = %err, "could not unload after a crashed lab run"),
+                Ok(_) => tracing::info!(
+                    algo,
+                    pid,
+                    "unloaded what a crashed lab run (pid {pid}) had loaded"
+                ),
+                Err(err) => {
+                    tracing::warn!(algo, error = %err, "could not unload after a crashed lab run")
+                }
             }
         }
         let _ = std::fs::remove_file(e.path());
@@ -207,7 +219,9 @@ impl Drop for Loaded {
                 Ok(_) => {
                     let _ = std::fs::remove_file(marker(a));
                 }
-                Err(e) => tracing::warn!(algo = a.name, error = %e, "could not unload after the lab run"),
+                Err(e) => {
+                    tracing::warn!(algo = a.name, error = %e, "could not unload after the lab run")
+                }
             }
         }
     }

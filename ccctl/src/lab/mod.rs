@@ -91,7 +91,11 @@ fn host_can_run(sc: &Scenario) -> Result<bool, LabError> {
 }
 
 fn needs_netem(sc: &Scenario) -> bool {
-    sc.link.loss > 0.0 || sc.runs().iter().any(|r| r.flows.iter().any(|f| !f.rtt.is_zero()))
+    sc.link.loss > 0.0
+        || sc
+            .runs()
+            .iter()
+            .any(|r| r.flows.iter().any(|f| !f.rtt.is_zero()))
 }
 
 fn in_vm() -> bool {
@@ -110,7 +114,11 @@ pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
         }
         w => w,
     };
-    if where_ == Where::Host && !in_vm() && needs_netem(&opts.scenario) && !host_can_run(&opts.scenario)? {
+    if where_ == Where::Host
+        && !in_vm()
+        && needs_netem(&opts.scenario)
+        && !host_can_run(&opts.scenario)?
+    {
         return Err(LabError::Vm(
             "--where host: this kernel has no netem qdisc, which base RTTs above 0 and random loss need; \
              use --where vm (or leave --where out)"
@@ -242,7 +250,10 @@ fn run_here(
     print!("{table}");
     for rec in records.iter().filter(|r| r.job.kind == plan::JobKind::Main) {
         if let Err(e) = traces::plot(rec, &run_dir.join("plots")) {
-            eprintln!("ccctl lab: warning: per-ACK plot of run {}: {e:#}", rec.job.id);
+            eprintln!(
+                "ccctl lab: warning: per-ACK plot of run {}: {e:#}",
+                rec.job.id
+            );
         }
     }
     if let Err(e) = output::write_plots(&run_dir.join("plots"), &records, &analysis) {

@@ -35,8 +35,14 @@ pub struct JobTrace {
 
 impl LabTracer {
     /// None when the scenario has none of ours, or another tracer runs.
-    pub fn new(scenario_algos: impl IntoIterator<Item = String>, run_dir: &Path) -> Option<LabTracer> {
-        if !scenario_algos.into_iter().any(|a| matches!(ccs::resolve(&a), Source::Ours(_))) {
+    pub fn new(
+        scenario_algos: impl IntoIterator<Item = String>,
+        run_dir: &Path,
+    ) -> Option<LabTracer> {
+        if !scenario_algos
+            .into_iter()
+            .any(|a| matches!(ccs::resolve(&a), Source::Ours(_)))
+        {
             return None;
         }
         match TraceLock::acquire() {
@@ -83,7 +89,9 @@ impl LabTracer {
             // Let the session switch tracing on before the flows start.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
             while std::time::Instant::now() < deadline
-                && !SharedMaps::open().and_then(|m| m.read_cfg()).is_ok_and(|c| c.enabled != 0)
+                && !SharedMaps::open()
+                    .and_then(|m| m.read_cfg())
+                    .is_ok_and(|c| c.enabled != 0)
             {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -126,12 +134,16 @@ impl JobTrace {
 fn col_f64(df: &DataFrame, name: &str) -> PolarsResult<Vec<f64>> {
     let c = df.column(name)?.cast(&DataType::Float64)?;
     let ca = c.f64()?;
-    Ok((0..ca.len()).map(|i| ca.get(i).unwrap_or(f64::NAN)).collect())
+    Ok((0..ca.len())
+        .map(|i| ca.get(i).unwrap_or(f64::NAN))
+        .collect())
 }
 
 /// cwnd, pacing rate and BBR mode over time, per flow of the run.
 pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
-    let Some(path) = &rec.trace else { return Ok(()) };
+    let Some(path) = &rec.trace else {
+        return Ok(());
+    };
     let df = ParquetReader::new(std::fs::File::open(path)?).finish()?;
     let ts = col_f64(&df, "ts_ns")?;
     let sport = col_f64(&df, "sport")?;
@@ -159,18 +171,39 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
     // At most ~5000 points per series: every k-th event.
     let step = (df.height() / 5000).max(1);
     let mut panels = [
-        Panel { y_label: "cwnd (packets)".into(), series: Vec::new() },
-        Panel { y_label: "pacing rate (Mbit/s)".into(), series: Vec::new() },
-        Panel { y_label: "mode (0 startup, 2 probe_bw)".into(), series: Vec::new() },
+        Panel {
+            y_label: "cwnd (packets)".into(),
+            series: Vec::new(),
+        },
+        Panel {
+            y_label: "pacing rate (Mbit/s)".into(),
+            series: Vec::new(),
+        },
+        Panel {
+            y_label: "mode (0 startup, 2 probe_bw)".into(),
+            series: Vec::new(),
+        },
     ];
     for (port, label) in &by_port {
-        let rows: Vec<usize> = (0..df.height()).filter(|&i| sport[i] == *port as f64).step_by(step).collect();
+        let rows: Vec<usize> = (0..df.height())
+            .filter(|&i| sport[i] == *port as f64)
+            .step_by(step)
+            .collect();
         let t = |i: usize| (ts[i] - t0) / 1e9;
-        panels[0].series.push(Series { label: label.clone(), points: rows.iter().map(|&i| (t(i), cwnd[i])).collect() });
-        panels[1].series.push(Series { label: label.clone(), points: rows.iter().map(|&i| (t(i), pacing[i] / 1e6)).collect() });
+        panels[0].series.push(Series {
+            label: label.clone(),
+            points: rows.iter().map(|&i| (t(i), cwnd[i])).collect(),
+        });
+        panels[1].series.push(Series {
+            label: label.clone(),
+            points: rows.iter().map(|&i| (t(i), pacing[i] / 1e6)).collect(),
+        });
         panels[2].series.push(Series {
             label: label.clone(),
-            points: rows.iter().map(|&i| (t(i), mode_num(modes.get(i)))).collect(),
+            points: rows
+                .iter()
+                .map(|&i| (t(i), mode_num(modes.get(i))))
+                .collect(),
         });
     }
     plots::time_series(

@@ -262,7 +262,11 @@ mod tests {
         assert_eq!(algo_id("dstar"), Some(abi::CCCTL_ALGO_DSTAR));
         assert_eq!(algo_id("cubic"), None);
         assert_eq!(algo_name(0), "unknown");
-        assert!(algo_choices().starts_with("bbr (bpf_bbr), modest_bbr"));
+        assert!(
+            algo_choices().starts_with("bbr (bpf_bbr), modest-bbr (modest_bbr), patched_bbr"),
+            "{}",
+            algo_choices()
+        );
         assert_eq!(addr_string(AF_INET6, 0), "");
     }
 }

@@ -103,7 +103,11 @@ impl Endpoint {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let addr = if a.is_empty() { None } else { Some(a.parse().map_err(|_| bad())?) };
+        let addr = if a.is_empty() {
+            None
+        } else {
+            Some(a.parse().map_err(|_| bad())?)
+        };
         let port = match p {
             Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(bad)?),
             None => None,
@@ -217,7 +221,14 @@ mod tests {
         let l = Endpoint::parse("198.18.1.1:5201").expect("addr:port");
         let r = Endpoint::parse(":443").expect("port only");
         assert_eq!(Endpoint::parse("198.18.0.2").expect("addr").port, None);
-        for bad in ["", ":", "1.2.3:80", "198.18.0.2:0", "198.18.0.2:70000", "host:80"] {
+        for bad in [
+            "",
+            ":",
+            "1.2.3:80",
+            "198.18.0.2:0",
+            "198.18.0.2:70000",
+            "host:80",
+        ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
         let cfg = Filter::default().with_endpoints(Some(l), Some(r)).cfg(1);

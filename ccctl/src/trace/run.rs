@@ -320,7 +320,11 @@ async fn consume_until_stop(
             _ = tokio::time::sleep(stall) => {}
         }
     }
-    let requested = || opts.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst));
+    let requested = || {
+        opts.stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+    };
     let follow = matches!(opts.output, Output::Follow);
     let tty = std::io::stdout().is_terminal();
     let mut tick = tokio::time::interval(TICK);

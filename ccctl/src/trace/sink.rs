@@ -1016,7 +1016,9 @@ impl RotatingParquetSink {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let path = self.dir.join(format!("{}-{secs}-{:04}.parquet", self.prefix, self.seq));
+        let path = self
+            .dir
+            .join(format!("{}-{secs}-{:04}.parquet", self.prefix, self.seq));
         self.seq += 1;
         let sink = ParquetSink::create(&path, (self.meta)())?;
         self.drops_at_open = (self.drops)();
@@ -1065,7 +1067,12 @@ impl Sink for RotatingParquetSink {
     }
 
     fn written(&self) -> u64 {
-        self.closed_written + self.current.as_ref().map(|(s, _, _)| s.written()).unwrap_or(0)
+        self.closed_written
+            + self
+                .current
+                .as_ref()
+                .map(|(s, _, _)| s.written())
+                .unwrap_or(0)
     }
 
     fn finish(mut self: Box<Self>, _dropped: u64) -> Result<u64> {

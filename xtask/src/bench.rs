@@ -68,11 +68,14 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "pids", &self.0]).output().map(|o| {
-            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                let _ = Command::new("kill").args(["-9", pid]).status();
-            }
-        });
+        let _ = Command::new("ip")
+            .args(["netns", "pids", &self.0])
+            .output()
+            .map(|o| {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            });
         let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
@@ -81,7 +84,11 @@ impl Drop for Netns {
 fn cpu_jiffies() -> Result<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
     let line = stat.lines().next().context("empty /proc/stat")?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
     Ok((total - idle, total))
@@ -96,7 +103,15 @@ struct Flow {
 /// One loopback flow with congestion control `cc` in `ns`.
 fn flow(ns: &Netns, cc: &str, secs: u64, port: u16) -> Result<Flow> {
     let mut server = ns
-        .cmd(&["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .cmd(&[
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -105,7 +120,18 @@ fn flow(ns: &Netns, cc: &str, secs: u64, port: u16) -> Result<Flow> {
     let hz = 100.0; // USER_HZ
     let (b0, _) = cpu_jiffies()?;
     let out = ns
-        .cmd(&["iperf3", "-c", "127.0.0.1", "-p", &port.to_string(), "-C", cc, "-t", &secs.to_string(), "-J"])
+        .cmd(&[
+            "iperf3",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-C",
+            cc,
+            "-t",
+            &secs.to_string(),
+            "-J",
+        ])
         .output()
         .context("running iperf3 -c")?;
     let (b1, _) = cpu_jiffies()?;
@@ -119,7 +145,9 @@ fn flow(ns: &Netns, cc: &str, secs: u64, port: u16) -> Result<Flow> {
         bail!("iperf3 ran with {got_cc:?}, not {cc}");
     }
     Ok(Flow {
-        bits_per_s: v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0),
+        bits_per_s: v["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0),
         bytes: v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0),
         cpu_busy_s: (b1 - b0) as f64 / hz,
     })
@@ -145,10 +173,20 @@ fn compare(
     for rep in 0..args.reps {
         let port = 5300 + rep as u16 * 2;
         let fa = flow(ns, a, args.secs, port)?;
-        println!("  run {}: {a:<8} {:7.2} Gbit/s, CPU {:5.2} s", rep + 1, fa.bits_per_s / 1e9, fa.cpu_busy_s);
+        println!(
+            "  run {}: {a:<8} {:7.2} Gbit/s, CPU {:5.2} s",
+            rep + 1,
+            fa.bits_per_s / 1e9,
+            fa.cpu_busy_s
+        );
         ra.push(fa);
         let fb = around_b(&mut || flow(ns, "bpf_bbr", args.secs, port + 1))?;
-        println!("  run {}: {b:<8} {:7.2} Gbit/s, CPU {:5.2} s", rep + 1, fb.bits_per_s / 1e9, fb.cpu_busy_s);
+        println!(
+            "  run {}: {b:<8} {:7.2} Gbit/s, CPU {:5.2} s",
+            rep + 1,
+            fb.bits_per_s / 1e9,
+            fb.cpu_busy_s
+        );
         rb.push(fb);
     }
     Ok((ra, rb))
@@ -156,7 +194,13 @@ fn compare(
 
 fn summarize(label: &str, a: &str, b: &str, ra: &[Flow], rb: &[Flow]) -> (f64, f64) {
     let tput = |r: &[Flow]| mean(&r.iter().map(|f| f.bits_per_s).collect::<Vec<_>>());
-    let cpu_per_gb = |r: &[Flow]| mean(&r.iter().map(|f| f.cpu_busy_s / (f.bytes / 1e9)).collect::<Vec<_>>());
+    let cpu_per_gb = |r: &[Flow]| {
+        mean(
+            &r.iter()
+                .map(|f| f.cpu_busy_s / (f.bytes / 1e9))
+                .collect::<Vec<_>>(),
+        )
+    };
     let t = tput(rb) / tput(ra);
     let c = cpu_per_gb(rb) / cpu_per_gb(ra);
     println!(
@@ -172,13 +216,20 @@ fn summarize(label: &str, a: &str, b: &str, ra: &[Flow], rb: &[Flow]) -> (f64, f
 
 pub fn main(args: BenchArgs) -> Result<i32> {
     eprintln!("bench: building ccctl in release mode (about 11 minutes from scratch)");
-    let bin: PathBuf = proc::cargo_build_json(&["build", "--release", "-p", "ccctl", "--bins"], |name, kinds, _| {
-        name == "ccctl" && kinds.iter().any(|k| k == "bin")
-    })?;
+    let bin: PathBuf = proc::cargo_build_json(
+        &["build", "--release", "-p", "ccctl", "--bins"],
+        |name, kinds, _| name == "ccctl" && kinds.iter().any(|k| k == "bin"),
+    )?;
     let run_all = args.which == Which::All;
     if run_all || args.which == Which::Consumer {
-        let out = std::env::temp_dir().join(format!("ccctl-bench-consumer-{}.parquet", std::process::id()));
-        println!("consumer: {} synthetic events through decode + Parquet, one core", args.events);
+        let out = std::env::temp_dir().join(format!(
+            "ccctl-bench-consumer-{}.parquet",
+            std::process::id()
+        ));
+        println!(
+            "consumer: {} synthetic events through decode + Parquet, one core",
+            args.events
+        );
         let res = proc::capture(Command::new(&bin).args([
             "trace-bench",
             "--events",
@@ -200,17 +251,27 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         let res = (|| -> Result<()> {
             let ns = Netns::new()?;
             if run_all || args.which == Which::Datapath {
-                println!("datapath: loopback, {} s per run, {} runs each, alternating", args.secs, args.reps);
+                println!(
+                    "datapath: loopback, {} s per run, {} runs each, alternating",
+                    args.secs, args.reps
+                );
                 let (ra, rb) = compare(&ns, "bbr", "bpf_bbr", &args, |f| f())?;
                 summarize("datapath", "bbr", "bpf_bbr", &ra, &rb);
             }
             if run_all || args.which == Which::Trace {
                 println!("trace: bpf_bbr untraced vs traced on every ACK into Parquet");
-                let out = std::env::temp_dir().join(format!("ccctl-bench-trace-{}.parquet", std::process::id()));
+                let out = std::env::temp_dir()
+                    .join(format!("ccctl-bench-trace-{}.parquet", std::process::id()));
                 let mut reports = Vec::new();
                 let (ra, rb) = compare(&ns, "bpf_bbr", "bpf_bbr+trace", &args, |f| {
                     let tracer = Command::new(&bin)
-                        .args(["trace", "--algo", "bbr", "--out", out.to_str().unwrap_or("/tmp/x.parquet")])
+                        .args([
+                            "trace",
+                            "--algo",
+                            "bbr",
+                            "--out",
+                            out.to_str().unwrap_or("/tmp/x.parquet"),
+                        ])
                         .stdout(Stdio::null())
                         .stderr(Stdio::piped())
                         .spawn()
@@ -219,7 +280,9 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                     let r = f();
                     // SAFETY: SIGINT to our own child: it flushes and reports.
                     unsafe { libc::kill(tracer.id() as libc::pid_t, libc::SIGINT) };
-                    let o = tracer.wait_with_output().context("waiting for ccctl trace")?;
+                    let o = tracer
+                        .wait_with_output()
+                        .context("waiting for ccctl trace")?;
                     reports.push(String::from_utf8_lossy(&o.stderr).trim().to_string());
                     r
                 })?;

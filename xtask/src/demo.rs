@@ -26,7 +26,10 @@ pub fn main() -> Result<i32> {
     run(&ccctl, &["list"], &root)?;
     run(&ccctl, &["lab", "check", SCENARIO], &root)?;
     run(&ccctl, &["lab", "run", SCENARIO, "--out", "results"], &root)?;
-    println!("demo: done; results (Parquet, summary.txt, plots/) are in {}", root.join("results").display());
+    println!(
+        "demo: done; results (Parquet, summary.txt, plots/) are in {}",
+        root.join("results").display()
+    );
     Ok(0)
 }
 

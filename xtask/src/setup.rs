@@ -53,7 +53,9 @@ impl Missing {
             println!("missing: a Debian 6.1 kernel in /boot (vmlinuz-6.1*) with /lib/modules");
         }
         if self.venv {
-            println!("missing: virtme-ng {VIRTME_NG_VERSION} or pyarrow {PYARROW_VERSION} in {VENV}");
+            println!(
+                "missing: virtme-ng {VIRTME_NG_VERSION} or pyarrow {PYARROW_VERSION} in {VENV}"
+            );
         }
     }
 }
@@ -99,7 +101,10 @@ fn venv_ok() -> bool {
         format!("virtme_ng-{VIRTME_NG_VERSION}.dist-info"),
         format!("pyarrow-{PYARROW_VERSION}.dist-info"),
     ];
-    vng().is_file() && dists.iter().all(|d| site_packages().iter().any(|sp| sp.join(d).is_dir()))
+    vng().is_file()
+        && dists
+            .iter()
+            .all(|d| site_packages().iter().any(|sp| sp.join(d).is_dir()))
 }
 
 fn virtme_ng_init_present() -> bool {

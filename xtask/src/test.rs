@@ -136,7 +136,11 @@ fn vm_phase(ccctl: &Path) -> Result<Phase> {
         env: vec![("CCCTL_BIN".into(), ccctl.display().to_string())],
         rwdirs: Vec::new(),
         timeout: Some(VM_TIMEOUT),
-        cmd: vec![exe.display().to_string(), "--test-threads=1".into(), "--show-output".into()],
+        cmd: vec![
+            exe.display().to_string(),
+            "--test-threads=1".into(),
+            "--show-output".into(),
+        ],
     };
     let out = match vm::run_in_vm(&spec) {
         Ok(out) => out,
@@ -175,17 +179,32 @@ pub fn main(args: TestArgs) -> Result<i32> {
             eprintln!("xtask test: CCCTL_BIN={}", ccctl.display());
             if !args.vm_only {
                 let host = (|| -> Result<()> {
-                    phases.push(cargo_test("ccctl unit tests", &["test", "-p", "ccctl"], &ccctl)?);
+                    phases.push(cargo_test(
+                        "ccctl unit tests",
+                        &["test", "-p", "ccctl"],
+                        &ccctl,
+                    )?);
                     phases.push(cargo_test(
                         "host tests",
-                        &["test", "-p", "ccctl-tests", "--test", "host", "--", "--test-threads=1", "--show-output"],
+                        &[
+                            "test",
+                            "-p",
+                            "ccctl-tests",
+                            "--test",
+                            "host",
+                            "--",
+                            "--test-threads=1",
+                            "--show-output",
+                        ],
                         &ccctl,
                     )?);
                     Ok(())
                 })();
                 // The tests restore what they load, but not if they were killed
                 // (Ctrl-C, a crash): leave no algorithm registered or pinned.
-                let _ = std::process::Command::new(&ccctl).args(["unload", "--all"]).status();
+                let _ = std::process::Command::new(&ccctl)
+                    .args(["unload", "--all"])
+                    .status();
                 host?;
             }
             if !args.host_only {

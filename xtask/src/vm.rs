@@ -29,8 +29,8 @@ use crate::proc;
 #[path = "../../ccctl/src/vm.rs"]
 #[allow(dead_code)]
 mod shared;
-pub use shared::{resolve_kernel, vng, VENV};
 use shared::READY_MARKER;
+pub use shared::{resolve_kernel, vng, VENV};
 /// Exit code when the VM itself failed (did not boot, guest setup failed).
 pub const EXIT_VM_FAILED: i32 = 125;
 

@@ -140,11 +140,17 @@ pub struct Sweep {
     pub flows: Vec<Vec<FlowGroup>>,
 }
 
+/// Each match-up is a shorthand string or an array of flow tables (the form
+/// the scenario a run writes into its directory uses, so that file reads
+/// back as the same scenario).
 fn matchups_from_toml<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<FlowGroup>>, D::Error> {
-    let v = Vec::<String>::deserialize(d)?;
-    v.iter()
-        .map(|s| parse_flow_shorthand(s).map_err(de::Error::custom))
-        .collect()
+    struct Matchup(Vec<FlowGroup>);
+    impl<'de> Deserialize<'de> for Matchup {
+        fn deserialize<D2: Deserializer<'de>>(d: D2) -> Result<Self, D2::Error> {
+            flows_from_toml(d).map(Matchup)
+        }
+    }
+    Ok(Vec::<Matchup>::deserialize(d)?.into_iter().map(|m| m.0).collect())
 }
 
 /// `flows` is either the shorthand string `"cubic:1, bbr:2"` or an array of tables.
@@ -525,6 +531,27 @@ rate = "30mbit"
 rtt = "30ms"
 buffer = "0.3bdp"
 "#;
+
+    /// Every bundled scenario, written out the way a run directory keeps it
+    /// (and the VM re-reads it), parses back to the same scenario.
+    #[test]
+    fn bundled_scenarios_round_trip_through_the_run_directory_form() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("scenarios/") {
+            let path = entry.expect("dir entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("readable");
+            let sc = Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let written = toml::to_string_pretty(&sc).expect("serializes");
+            let back = Scenario::from_toml(&written).unwrap_or_else(|e| panic!("{} written back: {e}\n{written}", path.display()));
+            assert_eq!(back.runs(), sc.runs(), "{}", path.display());
+            n += 1;
+        }
+        assert!(n >= 5, "only {n} bundled scenarios found");
+    }
 
     fn with(extra: &str) -> Result<Scenario, ScenarioError> {
         // `flows` is a top-level key: it must come before [link].

@@ -73,6 +73,19 @@ mod flows {
             Some(0.85),
         );
     }
+
+    /// modest_bbr (struct_ops link, 4-argument cong_control on this kernel)
+    /// carries a flow through the same bottleneck. Its search gives up a
+    /// share of BBR's window when the 100-packet buffer overflows; 70 % of
+    /// the link is well clear of "does not carry traffic".
+    #[test]
+    fn modest_bbr_carries_a_flow() {
+        crate::common::modest::modest_bbr_carries_a_flow(
+            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+            10,
+            0.7,
+        );
+    }
 }
 
 /// `ccctl lab` on the host. Its kernel has no netem, so these use a zero

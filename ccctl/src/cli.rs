@@ -87,7 +87,7 @@ pub struct LoadArgs {
 /// checks in `params` name the parameter and what is allowed.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ParamFlags {
-    /// Modest BBR: W_min, lower end of the window search, fraction of BBR's cwnd (0 < W_min < W_max; default 0.75).
+    /// Modest BBR: W_min, lower end of the window search, fraction of the window BBR keeps in flight, BtlBw x RTprop (0 < W_min < W_max; default 0.75).
     #[arg(
         long,
         value_name = "X",
@@ -95,7 +95,7 @@ pub struct ParamFlags {
         help_heading = "Parameters"
     )]
     pub wmin: Option<f64>,
-    /// Modest BBR: W_max, upper end of the window search, fraction of BBR's cwnd (W_min < W_max <= 1; default 1.0).
+    /// Modest BBR: W_max, upper end of the window search, fraction of the window BBR keeps in flight, BtlBw x RTprop (W_min < W_max <= 1; default 1.0).
     #[arg(
         long,
         value_name = "X",

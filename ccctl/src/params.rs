@@ -95,8 +95,8 @@ pub const W_MIN_LO: f64 = 0.0;
 pub const W_MIN: ParamDef = ParamDef {
     name: "w_min",
     flag: "wmin",
-    summary: "Modest BBR: lower end of the window search, fraction of BBR's cwnd",
-    unit: "x cwnd",
+    summary: "Modest BBR: lower end of the window search, fraction of BBR's in-flight window (BtlBw x RTprop)",
+    unit: "x BDP",
     scale: W_UNIT,
     min: W_MIN_LO,
     max: 1.0,
@@ -113,8 +113,8 @@ pub const W_MIN: ParamDef = ParamDef {
 pub const W_MAX: ParamDef = ParamDef {
     name: "w_max",
     flag: "wmax",
-    summary: "Modest BBR: upper end of the window search, fraction of BBR's cwnd",
-    unit: "x cwnd",
+    summary: "Modest BBR: upper end of the window search, fraction of BBR's in-flight window (BtlBw x RTprop)",
+    unit: "x BDP",
     scale: W_UNIT,
     min: W_MIN_LO,
     max: 1.0,

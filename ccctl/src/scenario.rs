@@ -150,7 +150,10 @@ fn matchups_from_toml<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<FlowGro
             flows_from_toml(d).map(Matchup)
         }
     }
-    Ok(Vec::<Matchup>::deserialize(d)?.into_iter().map(|m| m.0).collect())
+    Ok(Vec::<Matchup>::deserialize(d)?
+        .into_iter()
+        .map(|m| m.0)
+        .collect())
 }
 
 /// `flows` is either the shorthand string `"cubic:1, bbr:2"` or an array of tables.
@@ -544,9 +547,11 @@ buffer = "0.3bdp"
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("readable");
-            let sc = Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let sc =
+                Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let written = toml::to_string_pretty(&sc).expect("serializes");
-            let back = Scenario::from_toml(&written).unwrap_or_else(|e| panic!("{} written back: {e}\n{written}", path.display()));
+            let back = Scenario::from_toml(&written)
+                .unwrap_or_else(|e| panic!("{} written back: {e}\n{written}", path.display()));
             assert_eq!(back.runs(), sc.runs(), "{}", path.display());
             n += 1;
         }

@@ -7,6 +7,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod modest;
 pub mod tracing;
+pub mod tune;
 
 use std::{
     fs,

@@ -72,12 +72,18 @@ fn median(mut v: Vec<u32>) -> f64 {
 pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     let _clean = Clean::new();
     ccctl(&["load", "modest-bbr"]).ok();
-    let tb: Testbed = testbed(TestbedConfig::new(rate_bps, buffer_bdp(rate_bps, rtt, 8.0, 1500)).with_rtts(&[rtt]));
+    let tb: Testbed = testbed(
+        TestbedConfig::new(rate_bps, buffer_bdp(rate_bps, rtt, 8.0, 1500)).with_rtts(&[rtt]),
+    );
     let port = tb.alloc_port();
     let secs = 30.0;
-    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "modest_bbr", Duration::from_secs_f64(secs)).port(port)])
-        .expect("flow");
-    let diag = DiagSocket::open_in_netns(&Path::new("/run/netns").join(tb.ns(Role::Sender(0)))).expect("diag socket");
+    let running = iperf::spawn_flows(
+        &tb,
+        &[FlowSpec::new(0, "modest_bbr", Duration::from_secs_f64(secs)).port(port)],
+    )
+    .expect("flow");
+    let diag = DiagSocket::open_in_netns(&Path::new("/run/netns").join(tb.ns(Role::Sender(0))))
+        .expect("diag socket");
     let start = Instant::now();
 
     // (started, returned) of each command, seconds since `start`.
@@ -86,7 +92,11 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
             let t0 = start.elapsed().as_secs_f64();
             let out = ccctl(args).ok();
             let t1 = start.elapsed().as_secs_f64();
-            println!("t={t0:.1}..{t1:.1}s: ccctl {}\n{}", args.join(" "), out.stdout.trim_end());
+            println!(
+                "t={t0:.1}..{t1:.1}s: ccctl {}\n{}",
+                args.join(" "),
+                out.stdout.trim_end()
+            );
             (t0, t1)
         };
         std::thread::sleep(Duration::from_secs(8));
@@ -114,13 +124,28 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     let flows = running.wait().expect("the flow finishes");
     let flow = &flows[0];
     assert_eq!(flow.sender_cc.as_deref(), Some("modest_bbr"));
-    let data_port = flow.local_port.expect("iperf3 reported its data connection");
-    assert!(reset_done + 3.0 < secs, "ccctl tune took until {reset_done:.1} s of a {secs} s flow");
+    let data_port = flow
+        .local_port
+        .expect("iperf3 reported its data connection");
+    assert!(
+        reset_done + 3.0 < secs,
+        "ccctl tune took until {reset_done:.1} s of a {secs} s flow"
+    );
 
     let mine: Vec<&(f64, u16, u32, u64)> = readings.iter().filter(|r| r.1 == data_port).collect();
-    let phase = |from: f64, to: f64| median(mine.iter().filter(|r| r.0 >= from && r.0 < to).map(|r| r.2).collect());
-    let (default, gain1, back) =
-        (phase(3.0, tune_at), phase(tuned_at + 2.0, reset_at), phase(reset_done + 2.0, secs));
+    let phase = |from: f64, to: f64| {
+        median(
+            mine.iter()
+                .filter(|r| r.0 >= from && r.0 < to)
+                .map(|r| r.2)
+                .collect(),
+        )
+    };
+    let (default, gain1, back) = (
+        phase(3.0, tune_at),
+        phase(tuned_at + 2.0, reset_at),
+        phase(reset_done + 2.0, secs),
+    );
     let ratio = gain1 / default;
     let text = format!(
         "live tune, {} Mbit/s, {} ms, 8 BDP, one modest_bbr flow: median cwnd {default:.0} pkt at cwnd_gain 2, \
@@ -133,10 +158,30 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     );
     println!("{text}");
     // One connection all along: no reconnect, and it kept moving data.
-    assert!(mine.len() >= 100, "only {} readings of the data connection", mine.len());
-    let acked_after_reset = mine.iter().filter(|r| r.0 >= reset_done).map(|r| r.3).max().unwrap_or(0);
-    let acked_before_tune = mine.iter().filter(|r| r.0 < tune_at).map(|r| r.3).max().unwrap_or(0);
-    assert!(acked_after_reset > acked_before_tune, "the data connection stalled");
+    assert!(
+        mine.len() >= 100,
+        "only {} readings of the data connection",
+        mine.len()
+    );
+    let acked_after_reset = mine
+        .iter()
+        .filter(|r| r.0 >= reset_done)
+        .map(|r| r.3)
+        .max()
+        .unwrap_or(0);
+    let acked_before_tune = mine
+        .iter()
+        .filter(|r| r.0 < tune_at)
+        .map(|r| r.3)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        acked_after_reset > acked_before_tune,
+        "the data connection stalled"
+    );
     assert!(ratio <= 0.75, "cwnd did not follow the tune: {text}");
-    assert!(back / default >= 0.85, "--reset did not bring cwnd back: {text}");
+    assert!(
+        back / default >= 0.85,
+        "--reset did not bring cwnd back: {text}"
+    );
 }

@@ -437,3 +437,33 @@ mod modest {
         modest::live_tune_reaches_a_running_flow(10_000_000, RTT);
     }
 }
+
+/// `ccctl tune` and `ccctl load ALGO --PARAM X` on the 6.1 kernel: the same
+/// cases as the host's, every bad input refused with the map unchanged.
+mod tune {
+    use super::require_vm;
+
+    #[test]
+    fn tune_shows_changes_resets_and_infers_the_algorithm() {
+        require_vm();
+        crate::common::tune::tune_shows_changes_resets_and_infers_the_algorithm();
+    }
+
+    #[test]
+    fn tune_refuses_bad_input_and_changes_nothing() {
+        require_vm();
+        crate::common::tune::tune_refuses_bad_input_and_changes_nothing();
+    }
+
+    #[test]
+    fn load_with_parameters_validates_first_and_refuses_when_loaded() {
+        require_vm();
+        crate::common::tune::load_with_parameters_validates_first_and_refuses_when_loaded();
+    }
+
+    #[test]
+    fn modest_bbr_window_parameters() {
+        require_vm();
+        crate::common::tune::modest_bbr_window_parameters();
+    }
+}

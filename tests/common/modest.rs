@@ -7,7 +7,7 @@ use std::{
 
 use ccctl::{
     diag::DiagSocket,
-    iperf::{self, FlowSpec},
+    iperf::{self, FlowResult, FlowSpec},
     testbed::{buffer_bdp, Role, Testbed, TestbedConfig},
 };
 
@@ -18,13 +18,24 @@ use super::{ccctl, flows::*, Clean};
 pub fn modest_bbr_carries_a_flow(cfg: TestbedConfig, secs: u64, min_share: f64) {
     let _clean = Clean::new();
     let rate = cfg.rate_bps as f64;
+    let (flow, seen) = modest_bbr_flow(cfg, secs);
+    assert_carries(rate, &flow, &seen, min_share);
+}
+
+/// Loads modest-bbr (if it is not loaded) and runs one modest_bbr flow on
+/// sender 0 of a testbed built from `cfg`, ss sampling its socket.
+pub fn modest_bbr_flow(cfg: TestbedConfig, secs: u64) -> (FlowResult, Vec<String>) {
     ccctl(&["load", "modest-bbr"]).ok();
     assert!(
         super::registered("modest_bbr"),
         "modest_bbr is not in the kernel's list after load"
     );
     let tb = testbed(cfg);
-    let (flow, seen) = flow_with_ss(&tb, "modest_bbr", secs);
+    flow_with_ss(&tb, "modest_bbr", secs)
+}
+
+/// The flow ran modest_bbr (iperf3 and ss agree) at `min_share` of `rate`.
+pub fn assert_carries(rate: f64, flow: &FlowResult, seen: &[String], min_share: f64) {
     println!(
         "modest_bbr: {:.1} Mbit/s of {:.0} ({:.0} %), {} retransmits, ss saw {:?}",
         mbit(flow.goodput_bps),

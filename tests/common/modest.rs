@@ -50,7 +50,17 @@ pub fn assert_carries(rate: f64, flow: &FlowResult, seen: &[String], min_share: 
         "iperf3 did not run modest_bbr"
     );
     assert!(!seen.is_empty(), "ss never saw the data socket");
-    assert!(seen.iter().all(|c| c == "modest_bbr"), "ss saw {seen:?}");
+    // iperf3 may set TCP_CONGESTION on its data socket just after ss first
+    // lists it: the default (cubic) may come first, then only modest_bbr.
+    let after_first: &[String] = if seen.first().is_some_and(|c| c != "modest_bbr") {
+        &seen[1..]
+    } else {
+        seen
+    };
+    assert!(
+        !after_first.is_empty() && after_first.iter().all(|c| c == "modest_bbr"),
+        "ss saw {seen:?}"
+    );
     assert!(
         flow.goodput_bps >= min_share * rate,
         "goodput {:.1} Mbit/s is below {:.0} % of {:.0} Mbit/s",
@@ -70,9 +80,13 @@ fn median(mut v: Vec<u32>) -> f64 {
 /// reconnect, and `--reset` brings it back.
 ///
 /// The parameter with an unmistakable effect is the cwnd gain: over a deep
-/// buffer (8 BDP: no loss, so Modest BBR's search stays inactive and the
-/// window is BBR's) PROBE_BW holds cwnd at cwnd_gain x BDP plus small
-/// allowances. One modest_bbr flow runs 30 s; its socket's cwnd is read
+/// buffer (8 BDP) BBR's PROBE_BW holds cwnd at cwnd_gain x BDP plus small
+/// allowances. The flow runs bpf_bbr: under Modest BBR one retransmission
+/// (a slow emulator makes some even on 8 BDP) starts the window search,
+/// which caps cwnd near one BDP whatever the gain, and a VM run measured
+/// 48 packets both before and after the tune. The gain, the map and the
+/// path from `ccctl tune` to the running flow are the same for every
+/// BBR-based algorithm. One flow runs 30 s; its socket's cwnd is read
 /// every 100 ms through inet_diag while another thread runs, at 8 s,
 /// `tune --cwnd-gain 1` and, 8 s after that returned, `tune --reset` (ccctl
 /// itself may take seconds to start in the emulated VM, so phases are timed
@@ -82,7 +96,7 @@ fn median(mut v: Vec<u32>) -> f64 {
 /// along, still moving data.
 pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     let _clean = Clean::new();
-    ccctl(&["load", "modest-bbr"]).ok();
+    ccctl(&["load", "bbr"]).ok();
     let tb: Testbed = testbed(
         TestbedConfig::new(rate_bps, buffer_bdp(rate_bps, rtt, 8.0, 1500)).with_rtts(&[rtt]),
     );
@@ -90,7 +104,7 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     let secs = 30.0;
     let running = iperf::spawn_flows(
         &tb,
-        &[FlowSpec::new(0, "modest_bbr", Duration::from_secs_f64(secs)).port(port)],
+        &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs_f64(secs)).port(port)],
     )
     .expect("flow");
     let diag = DiagSocket::open_in_netns(&Path::new("/run/netns").join(tb.ns(Role::Sender(0))))
@@ -111,9 +125,9 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
             (t0, t1)
         };
         std::thread::sleep(Duration::from_secs(8));
-        let tune = run(&["tune", "modest-bbr", "--cwnd-gain", "1"]);
+        let tune = run(&["tune", "bbr", "--cwnd-gain", "1"]);
         std::thread::sleep(Duration::from_secs(8));
-        let reset = run(&["tune", "modest-bbr", "--reset"]);
+        let reset = run(&["tune", "bbr", "--reset"]);
         (tune, reset)
     });
 
@@ -134,7 +148,7 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     let ((tune_at, tuned_at), (reset_at, reset_done)) = tuner.join().expect("tuner thread");
     let flows = running.wait().expect("the flow finishes");
     let flow = &flows[0];
-    assert_eq!(flow.sender_cc.as_deref(), Some("modest_bbr"));
+    assert_eq!(flow.sender_cc.as_deref(), Some("bpf_bbr"));
     let data_port = flow
         .local_port
         .expect("iperf3 reported its data connection");
@@ -159,7 +173,7 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     );
     let ratio = gain1 / default;
     let text = format!(
-        "live tune, {} Mbit/s, {} ms, 8 BDP, one modest_bbr flow: median cwnd {default:.0} pkt at cwnd_gain 2, \
+        "live tune, {} Mbit/s, {} ms, 8 BDP, one bpf_bbr flow: median cwnd {default:.0} pkt at cwnd_gain 2, \
          {gain1:.0} after `tune --cwnd-gain 1` ({:.0} %), {back:.0} after `--reset` ({:.0} %); {:.1} Mbit/s overall",
         rate_bps / 1_000_000,
         rtt.as_millis(),

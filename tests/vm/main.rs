@@ -436,7 +436,8 @@ mod tracing {
 }
 
 /// Modest BBR (issue 4) on the 6.1 kernel: it loads through the 2-argument
-/// cong_control and a map registration, and carries a flow.
+/// cong_control and a map registration, and carries a flow; a live `ccctl
+/// tune` reaches a running flow (bpf_bbr, see `live_tune_reaches_a_running_flow`).
 mod modest {
     use super::*;
     use crate::common::modest;

@@ -210,13 +210,15 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
     assert!(mine.len() > 20, "{} socket readings", mine.len());
 
     // One event per ACK: cong_control runs once for every ACK that is not
-    // a duplicate of an old one; the sender's segs_in counts every segment
-    // received, i.e. every ACK plus the SYN-ACK. The kernel read segs_in at
+    // older than snd_una; the sender's segs_in counts every segment
+    // received: every ACK, the SYN-ACK, and the old or duplicate segments
+    // tcp_ack drops before congestion control. The kernel read segs_in at
     // some moment between the request and the answer (milliseconds apart in
     // a slow guest, dozens of ACKs at 10 Mbit/s), so the count must lie
-    // between the events before the request and the events before the
-    // answer, within 2 % (+2 for the handshake and an ACK in flight between
-    // the socket and the ring).
+    // between the events before the request and the events after the
+    // answer, within 5 % + 2. Two CI runs in a slow VM measured 2.6 % and
+    // 2.8 % more segments than events (849 vs 827, 759 vs 738); on an idle
+    // machine it is within 2 %.
     let reading = mine[mine.len() / 2];
     let before = rows.iter().filter(|&&i| ts[i] <= reading.t_ns).count() as f64;
     let after = rows
@@ -224,7 +226,7 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
         .filter(|&&i| ts[i] <= reading.t_after_ns)
         .count() as f64;
     let acks = reading.segs_in as f64;
-    let slack = acks * 0.02 + 2.0;
+    let slack = acks * 0.05 + 2.0;
     assert!(
         before - slack <= acks && acks <= after + slack,
         "{acks} segments received vs {before} events before the socket reading and {after} after it ({} us apart)",

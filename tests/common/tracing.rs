@@ -233,24 +233,50 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
         (reading.t_after_ns - reading.t_ns) / 1000
     );
 
-    // cwnd and pacing rate: the event just before each reading.
+    // cwnd and pacing rate. The kernel copied them at one moment between
+    // the request and the answer, so the socket shows the state left by one
+    // of these events: the last one before the request, or any that came
+    // while the request was in flight. A reading agrees when one of them
+    // matches it within 10 % (cwnd: at least 2 packets). Nearly all must
+    // agree; the rest are states no ACK produced (an RTO's loss window, a
+    // reading taken while an ACK was half processed).
     let mut agree = 0;
+    let mut misses = Vec::new();
     for r in &mine {
-        let Some(&i) = rows.iter().rev().find(|&&i| ts[i] <= r.t_ns) else {
+        let Some(first) = rows.iter().rposition(|&i| ts[i] <= r.t_ns) else {
             continue;
         };
-        let cwnd_ok = (cwnd[i] as i64 - r.cwnd as i64).abs() <= (r.cwnd as i64 / 10).max(2);
+        let candidates = rows[first..]
+            .iter()
+            .take_while(|&&i| ts[i] <= r.t_after_ns)
+            .copied();
         let pace = r.pacing as f64 * 8.0;
-        let pace_ok = (pacing[i] as f64 - pace).abs() <= pace * 0.1;
-        if cwnd_ok && pace_ok {
+        let matches = |i: usize| {
+            (cwnd[i] as i64 - r.cwnd as i64).abs() <= (r.cwnd as i64 / 10).max(2)
+                && (pacing[i] as f64 - pace).abs() <= pace * 0.1
+        };
+        let candidates: Vec<usize> = candidates.collect();
+        if candidates.iter().any(|&i| matches(i)) {
             agree += 1;
+        } else {
+            misses.push(format!(
+                "socket cwnd {} pacing {:.0} bit/s vs events {:?}",
+                r.cwnd,
+                pace,
+                candidates
+                    .iter()
+                    .map(|&i| (cwnd[i], pacing[i]))
+                    .collect::<Vec<_>>()
+            ));
         }
     }
-    // Between the last event and the reading more ACKs may have changed
-    // cwnd; most readings must agree.
     assert!(
-        agree * 10 >= mine.len() * 8,
-        "only {agree} of {} readings agree with the trace",
+        agree * 10 >= mine.len() * 9,
+        "only {agree} of {} readings agree with the trace; misses: {misses:#?}",
+        mine.len()
+    );
+    println!(
+        "trace vs socket: {agree} of {} readings agree (misses: {misses:?})",
         mine.len()
     );
     let _ = tb.destroy();

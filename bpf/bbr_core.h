@@ -861,8 +861,11 @@ done:
 /* ---- per-ACK trace ------------------------------------------------------ */
 
 /* One event per ACK when tracing is on (see ccctl_trace.h): the common TCP
- * state, BBR's model and gains, then whatever the variant adds. */
-static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs)
+ * state, BBR's model and gains, then whatever the variant adds.  pacing_gain
+ * is the gain this ACK's pacing rate was set with, after the variant's hook
+ * (Modest BBR scales BBR's gain by its searched proportion). */
+static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs,
+				      u32 pacing_gain)
 {
 	const struct ccctl_params *p;
 	struct bbr *bbr = bbr_of(sk);
@@ -874,7 +877,7 @@ static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample 
 	p = ccctl_params_get();
 	e->param_version = p ? p->version : 0;
 	e->bbr_mode = bbr->mode;
-	e->pacing_gain = bbr->pacing_gain;
+	e->pacing_gain = pacing_gain;
 	e->cwnd_gain = bbr->cwnd_gain;
 	/* packets/us << BW_SCALE -> bytes/s, without the pacing margin */
 	e->btl_bw = ((u64)bbr_bw(bbr) * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
@@ -887,15 +890,16 @@ static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample 
 static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *rs)
 {
 	struct bbr *bbr = bbr_of(sk);
-	u32 bw;
+	u32 bw, pacing_gain;
 
 	bbr_update_model(sk, rs);
 	bbr_hook_after_model(sk, rs);
 
 	bw = bbr_bw(bbr);
-	bbr_set_pacing_rate(sk, bw, bbr_hook_pacing_gain(sk, bbr->pacing_gain));
+	pacing_gain = bbr_hook_pacing_gain(sk, bbr->pacing_gain);
+	bbr_set_pacing_rate(sk, bw, pacing_gain);
 	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, bbr->cwnd_gain);
-	bbr_trace(sk, rs);
+	bbr_trace(sk, rs, pacing_gain);
 }
 
 SEC("struct_ops")

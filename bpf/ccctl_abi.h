@@ -155,7 +155,7 @@ struct ccctl_event {
 	__u8 bbr_mode;        /* CCCTL_BBR_* */
 	__u8 modest_phase;    /* CCCTL_MODEST_* (Modest BBR) */
 	__u16 pad0;
-	__u32 pacing_gain;    /* x CCCTL_GAIN_UNIT */
+	__u32 pacing_gain;    /* x CCCTL_GAIN_UNIT, as applied on this ACK */
 	__u32 cwnd_gain;      /* x CCCTL_GAIN_UNIT */
 	__u32 pad1;
 	__u64 btl_bw;         /* bottleneck bandwidth estimate, bytes/s */

@@ -210,3 +210,257 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
         "--reset did not bring cwnd back: {text}"
     );
 }
+
+/// One row of a Modest BBR trace: what Alg. 1's checks read.
+struct SearchEvent {
+    ts_ns: u64,
+    cwnd: u64,
+    ca_open: bool,
+    probe_bw: bool,
+    phase: String,
+    version: u64,
+    pacing_gain: f64,
+    min_win: u64,
+    max_win: u64,
+    last_cwnd: u64,
+    min_rtt_us: u64,
+}
+
+/// What a traced Modest BBR flow did, checked against Alg. 1.
+#[derive(Debug, Default)]
+struct SearchSummary {
+    /// Searches started, per W_min (x1024) in force.
+    starts: std::collections::BTreeMap<u64, usize>,
+    steps: usize,
+    linear_events: usize,
+    scaled_pacing_events: usize,
+}
+
+/// BBR's floor on any window it sets (bbr_core.h BBR_CWND_MIN_TARGET).
+const CWND_MIN_TARGET: u64 = 4;
+
+/// Checks a Modest BBR trace (one socket, events in order, none dropped)
+/// against Alg. 1 with W_max = 1 and S_min = 1; `w_min_of(version)` is
+/// the W_min (x1024) of each parameter version. Panics naming the first
+/// event that breaks a rule.
+fn check_search(ev: &[SearchEvent], w_min_of: impl Fn(u64) -> u64) -> SearchSummary {
+    let s_min = 1;
+    let mut sum = SearchSummary::default();
+    let mut last_move_ns = 0;
+    for (i, e) in ev.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|p| &ev[p]);
+        let was_searching = prev.is_some_and(|p| p.phase == "binary");
+        if e.phase == "binary" && !was_searching {
+            // Lines 1-6: last_cwnd stored, min_win = last_cwnd x W_min,
+            // max_win halfway to last_cwnd x W_max, BBR's floor under both.
+            let w = w_min_of(e.version);
+            let min_win = ((e.last_cwnd * w) >> 10).max(CWND_MIN_TARGET);
+            let max_win = ((e.last_cwnd + min_win) / 2).max(min_win);
+            assert_eq!(
+                (e.min_win, e.max_win),
+                (min_win, max_win),
+                "event {i}: a search from last_cwnd {} with W_min {w}/1024 must start at [{min_win}, {max_win}]",
+                e.last_cwnd
+            );
+            *sum.starts.entry(w).or_default() += 1;
+            last_move_ns = e.ts_ns;
+        } else if was_searching && (e.phase == "binary" || e.phase == "linear") {
+            // Lines 8-18: either nothing moved, or one bound moved to the
+            // midpoint; the search ends exactly when the bounds are S_min
+            // or less apart.
+            let p = prev.expect("was_searching");
+            let mid = (p.min_win + p.max_win) / 2;
+            let moved = (e.min_win, e.max_win) != (p.min_win, p.max_win);
+            assert!(
+                !moved
+                    || (e.min_win, e.max_win) == (mid, p.max_win)
+                    || (e.min_win, e.max_win) == (p.min_win, mid),
+                "event {i}: [{}, {}] -> [{}, {}] is not a binary-search step (midpoint {mid})",
+                p.min_win,
+                p.max_win,
+                e.min_win,
+                e.max_win
+            );
+            assert_eq!(
+                e.last_cwnd, p.last_cwnd,
+                "event {i}: last_cwnd changed mid-search"
+            );
+            // A search may start with its bounds already S_min apart (BBR's
+            // 4-packet floor under both): it ends at its first step.
+            assert!(
+                if e.phase == "linear" {
+                    e.max_win - e.min_win <= s_min
+                } else {
+                    !moved || e.max_win - e.min_win > s_min
+                },
+                "event {i}: phase {} after a step to bounds [{}, {}]",
+                e.phase,
+                e.min_win,
+                e.max_win
+            );
+            if moved || e.phase == "linear" {
+                // One step per round trip; the round the search began in
+                // is skipped. A round lasts at least one min_rtt.
+                let gap_us = (e.ts_ns - last_move_ns) / 1000;
+                assert!(
+                    gap_us * 10 >= e.min_rtt_us * 8,
+                    "event {i}: a search step {gap_us} us after the previous one, min_rtt {} us",
+                    e.min_rtt_us
+                );
+                last_move_ns = e.ts_ns;
+                sum.steps += 1;
+            }
+        }
+        if !(e.probe_bw && e.ca_open) || e.phase == "inactive" {
+            continue;
+        }
+        // The searched window is in force, never above BBR's own.
+        let cap = match e.phase.as_str() {
+            "binary" => e.max_win.max(CWND_MIN_TARGET),
+            _ => e.last_cwnd.max(CWND_MIN_TARGET),
+        };
+        assert!(
+            e.cwnd <= cap,
+            "event {i}: cwnd {} above the {} window {cap}",
+            e.cwnd,
+            e.phase
+        );
+        if e.phase == "linear" {
+            sum.linear_events += 1;
+        } else {
+            // Eq. 1: pacing at the searched proportion of BBR's rate; BBR's
+            // largest gain is 1.25, the proportion at most max_win/last_cwnd.
+            let bound =
+                1.25 * e.max_win.max(CWND_MIN_TARGET) as f64 / e.last_cwnd as f64 + 1.0 / 256.0;
+            assert!(
+                e.pacing_gain <= bound,
+                "event {i}: pacing gain {} while searching [{}, {}] of {} (at most {bound:.3})",
+                e.pacing_gain,
+                e.min_win,
+                e.max_win,
+                e.last_cwnd
+            );
+            if e.pacing_gain < 1.0 - 1e-9 && (e.pacing_gain - 0.75).abs() > 1e-9 {
+                sum.scaled_pacing_events += 1;
+            }
+        }
+    }
+    sum
+}
+
+/// Alg. 1 on a real socket, read from its per-ACK trace, with one W_min
+/// given at load time and another tuned while the flow runs.
+///
+/// modest-bbr is loaded with `--wmin 0.6` (before any flow: the first
+/// search must already use it); one modest_bbr flow runs `secs` over a
+/// shallow buffer with the tracer on its port, beside a Cubic flow from
+/// the second sender that keeps the buffer overflowing (alone, Modest BBR
+/// soon stops losing packets and starts no new search); halfway, `ccctl tune modest-bbr --wmin 0.5`. Every search start
+/// must sit at [last_cwnd x W_min, halfway to last_cwnd] for the W_min of
+/// the parameter version the event carries, with starts under both; every
+/// step must move one bound to the midpoint, at most once per round trip;
+/// the linear phase begins exactly when the bounds are S_min apart; cwnd
+/// stays within the searched window and the pacing gain within the
+/// searched proportion (eq. 1).
+pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64) {
+    use super::lab::{f64s, read_parquet, strs, wait_for};
+    use super::tracing::{interrupt, spawn_trace, trace_cfg_enabled, u64s};
+
+    let _clean = Clean::new();
+    ccctl(&["load", "modest-bbr", "--wmin", "0.6"]).ok();
+    let dir = super::tempdir("modest-search");
+    let out = dir.join("modest.parquet");
+    let tb = testbed(cfg);
+    let port = tb.alloc_port();
+    let tracer = spawn_trace(&["--algo", "modest-bbr", "--port", &port.to_string()], &out);
+    wait_for(
+        "tracing to be switched on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
+    let running = iperf::spawn_flows(
+        &tb,
+        &[
+            FlowSpec::new(0, "modest_bbr", Duration::from_secs(secs)).port(port),
+            FlowSpec::new(1, "cubic", Duration::from_secs(secs)),
+        ],
+    )
+    .expect("flows");
+    std::thread::sleep(Duration::from_secs(secs / 2));
+    ccctl(&["tune", "modest-bbr", "--wmin", "0.5"]).ok();
+    let flows = running.wait().expect("the flow finishes");
+    let (code, stderr) = interrupt(tracer);
+    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
+    let (_, meta) = super::tracing::pyarrow_read(&out);
+    assert_eq!(
+        meta["ccctl.events_dropped"], "0",
+        "the check needs every event"
+    );
+
+    let df = read_parquet(&out);
+    let data_port = flows[0].local_port.expect("local port") as u64;
+    let sport = u64s(&df, "sport");
+    let (ts, cwnd, ca_state, version) = (
+        u64s(&df, "ts_ns"),
+        u64s(&df, "cwnd"),
+        u64s(&df, "ca_state"),
+        u64s(&df, "param_version"),
+    );
+    let (min_win, max_win, last_cwnd, min_rtt) = (
+        u64s(&df, "min_win"),
+        u64s(&df, "max_win"),
+        u64s(&df, "last_cwnd"),
+        u64s(&df, "min_rtt_us"),
+    );
+    let (phase, mode) = (strs(&df, "modest_phase"), strs(&df, "bbr_mode"));
+    let gain = f64s(&df, "pacing_gain");
+    let events: Vec<SearchEvent> = (0..df.height())
+        .filter(|&i| sport[i] == data_port)
+        .map(|i| SearchEvent {
+            ts_ns: ts[i],
+            cwnd: cwnd[i],
+            ca_open: ca_state[i] == 0,
+            probe_bw: mode[i] == "probe_bw",
+            phase: phase[i].clone(),
+            version: version[i],
+            pacing_gain: gain[i].unwrap_or(f64::NAN),
+            min_win: min_win[i],
+            max_win: max_win[i],
+            last_cwnd: last_cwnd[i],
+            min_rtt_us: min_rtt[i],
+        })
+        .collect();
+    assert!(events.len() > 1000, "{} events", events.len());
+    let first_version = events[0].version;
+    let sum = check_search(&events, |v| if v == first_version { 614 } else { 512 });
+    let versions: std::collections::BTreeSet<u64> = events.iter().map(|e| e.version).collect();
+    println!(
+        "modest_bbr trace: {} events, {:.1} Mbit/s, {} retransmits, parameter versions {versions:?}, {sum:?}",
+        events.len(),
+        flows[0].goodput_bps / 1e6,
+        flows[0].retransmits
+    );
+    assert_eq!(
+        versions.len(),
+        2,
+        "the tune must show as a new parameter version"
+    );
+    assert!(
+        sum.starts.get(&614).is_some_and(|&n| n > 0),
+        "no search with the load-time W_min 0.6"
+    );
+    assert!(
+        sum.starts.get(&512).is_some_and(|&n| n > 0),
+        "no search with the tuned W_min 0.5"
+    );
+    assert!(
+        sum.steps > 0 && sum.linear_events > 0,
+        "the search never stepped or ended"
+    );
+    assert!(
+        sum.scaled_pacing_events > 0,
+        "the pacing gain was never scaled (eq. 1)"
+    );
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -51,7 +51,7 @@ pub fn interrupt(child: Child) -> (i32, String) {
     )
 }
 
-fn trace_cfg_enabled() -> bool {
+pub fn trace_cfg_enabled() -> bool {
     ccctl::trace::SharedMaps::open()
         .and_then(|m| m.read_cfg())
         .is_ok_and(|c| c.enabled != 0)
@@ -78,7 +78,7 @@ pub fn pyarrow_read(path: &Path) -> (usize, serde_json::Value) {
     (v["rows"].as_u64().unwrap_or(0) as usize, v["meta"].clone())
 }
 
-fn u64s(df: &DataFrame, name: &str) -> Vec<u64> {
+pub fn u64s(df: &DataFrame, name: &str) -> Vec<u64> {
     f64s(df, name)
         .into_iter()
         .map(|v| v.unwrap_or(0.0) as u64)

@@ -86,6 +86,20 @@ mod flows {
             0.7,
         );
     }
+
+    /// Alg. 1 as modest_bbr's per-ACK trace shows it, with W_min given at
+    /// load and another tuned mid-flow (see the function). Zero base RTT
+    /// here: min_rtt is a few microseconds, BBR's in-flight window is its
+    /// quantization budget of 5-8 packets, and BBR's 4-packet floor decides
+    /// most min_win; the VM test repeats it at 40 ms, where W_min shows.
+    #[test]
+    fn modest_search_follows_alg1() {
+        crate::common::modest::modest_search_follows_alg1(
+            TestbedConfig::new(RATE_BPS, buffer_packets(30, 1500))
+                .with_rtts(&[std::time::Duration::ZERO; 2]),
+            12,
+        );
+    }
 }
 
 /// `ccctl lab` on the host. Its kernel has no netem, so these use a zero

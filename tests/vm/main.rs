@@ -482,6 +482,20 @@ mod modest {
         modest::assert_carries(rate as f64, &flow, &seen, 0.6);
     }
 
+    /// Alg. 1 read from modest_bbr's per-ACK trace: 10 Mbit/s, 40 ms,
+    /// a 0.25 BDP buffer, beside a Cubic flow; W_min 0.6 at load, 0.5 tuned
+    /// mid-flow. At 40 ms BBR's in-flight window is some 35 packets, so the
+    /// two W_min give different bounds (see the function).
+    #[test]
+    fn search_follows_alg1_and_a_tuned_w_min_reaches_the_flow() {
+        require_vm();
+        let rate = 10_000_000;
+        modest::modest_search_follows_alg1(
+            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500)).with_rtts(&[RTT, RTT]),
+            20,
+        );
+    }
+
     #[test]
     fn live_tune_changes_a_running_flow_and_reset_restores_it() {
         require_vm();

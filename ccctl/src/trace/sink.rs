@@ -22,7 +22,7 @@
 //! | `param_version` | u32 | version of the tunable parameters in force |
 //! | `bbr_mode` | enum string | `startup`, `drain`, `probe_bw`, `probe_rtt`, `unknown` (BBR family) |
 //! | `modest_phase` | enum string | `inactive`, `binary`, `linear`, `unknown` (Modest BBR) |
-//! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256) |
+//! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) |
 //! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s |
 //! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR; 0 elsewhere) |
 //! | `theta` | f64 | patched BBR theta (fixed point / 65536) |

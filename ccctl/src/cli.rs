@@ -180,6 +180,12 @@ pub struct JsonArg {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
+    if matches!(
+        cli.command,
+        Command::Load(_) | Command::Unload(_) | Command::Tune(_) | Command::Status(_)
+    ) {
+        switch_off_orphaned_tracing();
+    }
     match cli.command {
         Command::Load(args) => load(args),
         Command::Unload(args) => unload(args),
@@ -211,6 +217,19 @@ fn fault_inject_from_env() -> Result<u32> {
         None | Some("") => Ok(0),
         Some("verifier") => Ok(abi::CCCTL_FAULT_VERIFIER),
         Some(other) => bail!("CCCTL_FAULT_INJECT={other}: allowed values are `verifier` or empty"),
+    }
+}
+
+/// A tracer killed with SIGKILL leaves tracing switched on, and the
+/// algorithms keep filling a ring buffer nobody reads; the next command
+/// that manages algorithms switches it off and says so.
+fn switch_off_orphaned_tracing() {
+    match crate::trace::switch_off_orphaned() {
+        Ok(Some(pid)) => tracing::warn!(
+            "tracing was left on by a trace session (pid {pid}) that is gone; switched it off"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::debug!("checking for tracing left on: {e}"),
     }
 }
 

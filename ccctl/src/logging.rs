@@ -1,4 +1,6 @@
 //! `tracing` to stderr; -v raises the level, RUST_LOG overrides it.
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 pub fn init(verbose: u8) {
@@ -11,6 +13,7 @@ pub fn init(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .try_init();
 }

@@ -40,15 +40,16 @@ pub fn run_dir_in(out: &Path) -> Option<PathBuf> {
 }
 
 /// Spawns `ccctl lab run <args> --out <out>` in the background.
-pub fn lab_spawn(out: &Path, args: &[&str]) -> Child {
-    Command::new(ccctl_bin())
+pub fn lab_spawn(out: &Path, args: &[&str]) -> super::Spawned {
+    let child = Command::new(ccctl_bin())
         .args(["lab", "run"])
         .args(args)
         .arg("--out")
         .arg(out)
         .stdin(Stdio::null())
         .spawn()
-        .expect("spawning ccctl lab run")
+        .expect("spawning ccctl lab run");
+    super::Spawned::new(child)
 }
 
 pub fn read_parquet(path: &Path) -> DataFrame {

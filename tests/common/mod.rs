@@ -215,3 +215,49 @@ pub fn tempdir(tag: &str) -> PathBuf {
     fs::create_dir_all(&d).expect("creating temp dir");
     d
 }
+
+/// A process a test started (ccctl trace, lab, daemon): killed with
+/// SIGKILL and reaped when the test ends without having waited for it, so
+/// a failed assertion leaves no process behind (nor a pipe held open).
+pub struct Spawned(Option<std::process::Child>);
+
+impl Spawned {
+    pub fn new(child: std::process::Child) -> Spawned {
+        Spawned(Some(child))
+    }
+
+    /// The child itself, no longer killed on drop.
+    pub fn take(mut self) -> std::process::Child {
+        self.0
+            .take()
+            .expect("a Spawned always holds its child until taken")
+    }
+}
+
+impl std::ops::Deref for Spawned {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        self.0
+            .as_ref()
+            .expect("a Spawned always holds its child until taken")
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0
+            .as_mut()
+            .expect("a Spawned always holds its child until taken")
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            if let Ok(None) = child.try_wait() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

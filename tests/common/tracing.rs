@@ -3,7 +3,7 @@
 //! read the Parquet files with polars and with pyarrow.
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccctl::diag::DiagSocket;
@@ -12,7 +12,7 @@ use ccctl::testbed::{Role, Testbed, TestbedConfig};
 use polars::prelude::*;
 
 use super::lab::{f64s, read_parquet, strs, wait_for};
-use super::{ccctl, ccctl_bin, ccctl_env, registered, tempdir};
+use super::{ccctl, ccctl_bin, ccctl_env, registered, tempdir, Spawned};
 
 /// Python with pyarrow (installed by `cargo xtask setup`).
 const PYTHON: &str = "/opt/ccctl/venv/bin/python3";
@@ -28,8 +28,8 @@ fn monotonic_ns() -> u64 {
 }
 
 /// `ccctl trace <args> --out <path>` in the background.
-pub fn spawn_trace(args: &[&str], out: &Path) -> Child {
-    Command::new(ccctl_bin())
+pub fn spawn_trace(args: &[&str], out: &Path) -> Spawned {
+    let child = Command::new(ccctl_bin())
         .arg("trace")
         .args(args)
         .arg("--out")
@@ -37,11 +37,13 @@ pub fn spawn_trace(args: &[&str], out: &Path) -> Child {
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawning ccctl trace")
+        .expect("spawning ccctl trace");
+    Spawned::new(child)
 }
 
 /// SIGINT, then the exit status and stderr.
-pub fn interrupt(child: Child) -> (i32, String) {
+pub fn interrupt(child: Spawned) -> (i32, String) {
+    let child = child.take();
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let out = child.wait_with_output().expect("waiting for the child");
@@ -293,22 +295,24 @@ pub fn overflow_is_counted() {
     let tb = Testbed::new(TestbedConfig::new(20_000_000, 60_000)).expect("testbed");
     let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(8))])
         .expect("flow");
-    let tracer = Command::new(ccctl_bin())
-        .args([
-            "trace",
-            "--algo",
-            "bbr",
-            "--stall-ms",
-            "3000",
-            "--duration",
-            "5s",
-            "--out",
-        ])
-        .arg(&out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ccctl trace");
-    let o = tracer.wait_with_output().expect("ccctl trace");
+    let tracer = Spawned::new(
+        Command::new(ccctl_bin())
+            .args([
+                "trace",
+                "--algo",
+                "bbr",
+                "--stall-ms",
+                "3000",
+                "--duration",
+                "5s",
+                "--out",
+            ])
+            .arg(&out)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ccctl trace"),
+    );
+    let o = tracer.take().wait_with_output().expect("ccctl trace");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let _ = running.wait();
     let (rows, meta) = pyarrow_read(&out);
@@ -347,14 +351,16 @@ pub fn daemon_reloads_live_and_cleans_up() {
     let cfg = dir.join("daemon.toml");
     let lock = dir.join("daemon.lock");
     fs::write(&cfg, daemon_config(&dir, 2.0)).expect("config");
-    let daemon = Command::new(ccctl_bin())
-        .args(["daemon", "--config"])
-        .arg(&cfg)
-        .arg("--lock")
-        .arg(&lock)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ccctl daemon");
+    let daemon = Spawned::new(
+        Command::new(ccctl_bin())
+            .args(["daemon", "--config"])
+            .arg(&cfg)
+            .arg("--lock")
+            .arg(&lock)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ccctl daemon"),
+    );
     wait_for(
         "the daemon to load bpf_bbr and trace",
         Duration::from_secs(30),
@@ -379,7 +385,7 @@ pub fn daemon_reloads_live_and_cleans_up() {
     unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGHUP) };
     let results = running.wait().expect("flow");
     unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
-    let out = daemon.wait_with_output().expect("daemon exit");
+    let out = daemon.take().wait_with_output().expect("daemon exit");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "daemon: {stderr}");
     assert!(
@@ -431,6 +437,94 @@ pub fn daemon_reloads_live_and_cleans_up() {
     assert!(
         gains_after.iter().filter(|&&g| g == 1.0).count() * 10 >= gains_after.len() * 9,
         "after SIGHUP the running flow uses cwnd_gain 1.0"
+    );
+    let _ = tb.destroy();
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A tracer killed with SIGKILL cannot switch tracing off; the next command
+/// that manages algorithms does, and says so. A running tracer is left
+/// alone.
+pub fn killed_tracer_is_switched_off_by_the_next_command() {
+    let _clean = super::Clean::new();
+    ccctl(&["load", "bbr"]).ok();
+    let dir = tempdir("trace-killed");
+
+    let live = spawn_trace(&[], &dir.join("live.parquet"));
+    wait_for(
+        "tracing to be switched on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
+    let status = ccctl(&["status"]).ok();
+    assert!(
+        trace_cfg_enabled(),
+        "`ccctl status` switched off a live tracer's session: {}",
+        status.stderr
+    );
+    let (code, stderr) = interrupt(live);
+    assert_eq!(code, 0, "{stderr}");
+
+    let mut killed = spawn_trace(&[], &dir.join("killed.parquet"));
+    wait_for(
+        "tracing to be switched on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("reaping the tracer");
+    assert!(
+        trace_cfg_enabled(),
+        "SIGKILL cannot have switched tracing off"
+    );
+    let status = ccctl(&["status"]).ok();
+    assert!(
+        !trace_cfg_enabled(),
+        "tracing still on after `ccctl status`"
+    );
+    assert!(
+        status.stderr.contains(&format!("pid {}", killed.id()))
+            && status.stderr.contains("switched it off"),
+        "{}",
+        status.stderr
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Unloading every algorithm and loading one again pins new tracing maps; a
+/// running `ccctl trace` follows them into the same file instead of
+/// waiting on a ring buffer nothing writes to any more.
+pub fn tracer_follows_a_reload() {
+    let _clean = super::Clean::new();
+    ccctl(&["load", "bbr"]).ok();
+    let dir = tempdir("trace-reload");
+    let out = dir.join("reload.parquet");
+    let tracer = spawn_trace(&[], &out);
+    wait_for(
+        "tracing to be switched on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
+    ccctl(&["unload", "--all"]).ok();
+    ccctl(&["load", "bbr"]).ok();
+    // The tracer checks its pins every second and switches the new maps on.
+    wait_for(
+        "the tracer to switch the reloaded maps on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
+    let tb = Testbed::new(TestbedConfig::new(20_000_000, 50 * 1514)).expect("testbed");
+    let flows = iperf::run_flows(&tb, &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs(2))])
+        .expect("flow");
+    let (code, stderr) = interrupt(tracer);
+    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
+    assert!(stderr.contains("loaded again"), "{stderr}");
+    let df = read_parquet(&out);
+    let port = flows[0].local_port.expect("local port") as u64;
+    let rows = u64s(&df, "sport").iter().filter(|&&p| p == port).count();
+    assert!(
+        rows > 100,
+        "{rows} events of the flow after the reload; stderr: {stderr}"
     );
     let _ = tb.destroy();
     let _ = fs::remove_dir_all(&dir);

@@ -299,6 +299,16 @@ mod tracing {
     }
 
     #[test]
+    fn tracer_follows_a_reload() {
+        crate::common::tracing::tracer_follows_a_reload();
+    }
+
+    #[test]
+    fn killed_tracer_is_switched_off_by_the_next_command() {
+        crate::common::tracing::killed_tracer_is_switched_off_by_the_next_command();
+    }
+
+    #[test]
     fn daemon_loads_reloads_on_sighup_and_cleans_up() {
         daemon_reloads_live_and_cleans_up();
     }

@@ -114,6 +114,18 @@ impl SharedMaps {
             .map_err(self.bpf_err(CFG, "writing"))
     }
 
+    /// Other maps are pinned under our directory now: every algorithm was
+    /// unloaded (unpinning these, which live on while we hold them) and one
+    /// was loaded again, pinning new ones. False while these are pinned or
+    /// none are (nothing loaded: events may come once something is).
+    pub fn replaced(&self) -> bool {
+        let id = |m: &MapHandle| m.info().map(|i| i.info.id).ok();
+        match MapHandle::from_pinned_path(self.dir.join(CFG)) {
+            Ok(pinned) => id(&pinned).is_some_and(|p| Some(p) != id(&self.cfg)),
+            Err(_) => false,
+        }
+    }
+
     /// Events the BPF side failed to reserve, summed over CPUs, since load.
     pub fn drops(&self) -> Result<u64, TraceError> {
         let per_cpu = self

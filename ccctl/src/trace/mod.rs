@@ -26,6 +26,35 @@ pub use lock::TraceLock;
 pub use maps::SharedMaps;
 pub use run::{run, run_with, Output, Stop, TraceOptions, TraceSummary};
 
+/// Switches tracing off when it was left on by a session that no longer
+/// runs (killed with SIGKILL, it could not switch it off itself), so the
+/// algorithms stop filling a ring buffer nobody reads. Every consumer
+/// holds the [`TraceLock`] while tracing is on; if we can take it, nobody
+/// consumes. Returns the pid of the session that left it on; `None` when
+/// tracing is off, a tracer is running, or nothing is loaded.
+pub fn switch_off_orphaned() -> Result<Option<u64>, TraceError> {
+    let maps = match SharedMaps::open() {
+        Ok(m) => m,
+        Err(TraceError::NotLoaded { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if maps.read_cfg()?.enabled == 0 {
+        return Ok(None);
+    }
+    let _lock = match TraceLock::acquire() {
+        Ok(l) => l,
+        Err(TraceError::Busy { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // Read again under the lock: a session that just ended switched it off.
+    let cfg = maps.read_cfg()?;
+    if cfg.enabled == 0 {
+        return Ok(None);
+    }
+    maps.write_cfg(&abi::ccctl_trace_cfg::default())?;
+    Ok(Some(cfg.session))
+}
+
 /// Why a trace session could not start; nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {

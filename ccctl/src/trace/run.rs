@@ -30,6 +30,8 @@ const CONSUME_BATCH: usize = 16_384;
 /// How often the ring is drained even without a wakeup, and how often the
 /// stop conditions are checked at the latest.
 const TICK: Duration = Duration::from_millis(100);
+/// How often a session checks that the pinned maps are still its own.
+const PIN_CHECK: Duration = Duration::from_secs(1);
 /// After tracing is switched off, events reserved just before are still
 /// being filled in; they are committed within microseconds.
 const GRACE: Duration = Duration::from_millis(20);
@@ -76,6 +78,9 @@ pub enum Stop {
     Requested,
     /// `--follow` output went to a pipe that was closed.
     OutputClosed,
+    /// Other tracing maps are pinned now (every algorithm was unloaded and
+    /// one loaded again): the session follows them (see [`run_with`]).
+    MapsReplaced,
 }
 
 #[derive(Debug, Clone)]
@@ -131,7 +136,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions) -> Result<TraceSummary> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let end = rt.block_on(session(maps, consumer.clone(), &opts));
+    let end = rt.block_on(sessions(maps, consumer.clone(), &opts));
 
     let consumer = Rc::try_unwrap(consumer)
         .map_err(|_| anyhow!("the ring-buffer callback outlived the session"))?
@@ -212,10 +217,56 @@ struct SessionEnd {
     dropped: Result<u64>,
 }
 
+/// Sessions on the pinned maps, one after the other while they are
+/// replaced: when every algorithm is unloaded and one is loaded again, the
+/// new object pins new tracing maps and the events go there; the trace
+/// follows them into the same output, the drops summed over both.
+async fn sessions(
+    maps: &SharedMaps,
+    consumer: Rc<RefCell<Consumer>>,
+    opts: &TraceOptions,
+) -> SessionEnd {
+    let started = Instant::now();
+    let mut replacement: Option<SharedMaps> = None;
+    let mut dropped_before = 0;
+    loop {
+        let current = replacement.as_ref().unwrap_or(maps);
+        let first = replacement.is_none();
+        let end = session(current, consumer.clone(), opts, started, first).await;
+        let dropped = match (end.stop, end.dropped) {
+            (Ok(Stop::MapsReplaced), Ok(d)) => dropped_before + d,
+            (stop, dropped) => {
+                return SessionEnd {
+                    stop,
+                    dropped: dropped.map(|d| dropped_before + d),
+                }
+            }
+        };
+        dropped_before = dropped;
+        match SharedMaps::open_in(maps.dir()) {
+            Ok(m) => {
+                tracing::warn!(
+                    "the ccctl algorithms were loaded again (new tracing maps in {}); following them",
+                    maps.dir().display()
+                );
+                replacement = Some(m);
+            }
+            Err(e) => {
+                return SessionEnd {
+                    stop: Err(anyhow::Error::new(e).context("reopening the reloaded tracing maps")),
+                    dropped: Ok(dropped),
+                }
+            }
+        }
+    }
+}
+
 async fn session(
     maps: &SharedMaps,
     consumer: Rc<RefCell<Consumer>>,
     opts: &TraceOptions,
+    started: Instant,
+    first: bool,
 ) -> SessionEnd {
     let failed = |e: anyhow::Error| SessionEnd {
         stop: Err(e),
@@ -275,11 +326,21 @@ async fn session(
         Ok(g) => g,
         Err(e) => return failed(e.into()),
     };
-    if opts.announce {
+    if opts.announce && first {
         announce(opts);
     }
 
-    let stop = consume_until_stop(maps, &rb, &afd, &consumer, signals, opts, baseline).await;
+    let stop = consume_until_stop(
+        maps,
+        &rb,
+        &afd,
+        &consumer,
+        signals,
+        opts,
+        baseline,
+        (started, first),
+    )
+    .await;
 
     // Off first, then what is left in the ring, then the drop count.
     let disabled = guard.disable();
@@ -307,14 +368,15 @@ async fn consume_until_stop(
     mut signals: Option<Signals>,
     opts: &TraceOptions,
     baseline: u64,
+    (started, first): (Instant, bool),
 ) -> Result<Stop> {
-    let started = Instant::now();
     // A deadline decades away stands for "none".
     let deadline = started
         + opts
             .duration
             .unwrap_or(Duration::from_secs(86_400 * 365 * 30));
-    if let Some(stall) = opts.stall {
+    let stall = opts.stall.filter(|_| first);
+    if let Some(stall) = stall {
         tokio::select! {
             sig = recv(&mut signals) => return Ok(Stop::Signal(sig)),
             _ = tokio::time::sleep(stall) => {}
@@ -330,6 +392,7 @@ async fn consume_until_stop(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_render = Instant::now();
+    let mut last_pin_check = Instant::now();
     loop {
         tokio::select! {
             sig = recv(&mut signals) => return Ok(Stop::Signal(sig)),
@@ -345,6 +408,12 @@ async fn consume_until_stop(
                 consume(rb, consumer)?;
                 if requested() {
                     return Ok(Stop::Requested);
+                }
+                if last_pin_check.elapsed() >= PIN_CHECK {
+                    last_pin_check = Instant::now();
+                    if maps.replaced() {
+                        return Ok(Stop::MapsReplaced);
+                    }
                 }
                 if let Target::Sink(sink) = &mut consumer.borrow_mut().target {
                     sink.tick()?;

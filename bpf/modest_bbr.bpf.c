@@ -26,6 +26,8 @@
  *   LINEAR    cwnd grows by S_min per ACK, never above last_cwnd, i.e.
  *             never above the window BBR itself chose; the next
  *             retransmission starts a new search from the window then.
+ *             Reaching last_cwnd ends the search (INACTIVE): BBR's own
+ *             window applies again until the next retransmission.
  *
  * Eq. 1: pacing rate = BtlBw x RTprop x Proportion.  The pacing gain is
  * scaled by the same proportion as the window (cwnd / last_cwnd), so
@@ -214,6 +216,15 @@ static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs)
 		}
 		/* Alg. 1 lines 20-23: + S_min per ACK up to last_cwnd. */
 		m->cwnd = min(m->cwnd + p.s_min, m->last_cwnd);
+		/* Back at last_cwnd, the search has returned BBR's whole window:
+		 * BBR's model is in charge again (its btl_bw may have grown since
+		 * last_cwnd was taken) until the next retransmission.  Holding
+		 * the cap instead pinned a flow at a window taken from one early
+		 * loss: with the queue empty min_rtt never expires, PROBE_RTT
+		 * never comes to end the search, and a VM flow stayed at 4 of
+		 * 10 Mbit/s with a single retransmission. */
+		if (m->cwnd >= m->last_cwnd)
+			m->phase = CCCTL_MODEST_INACTIVE;
 		break;
 	}
 }

@@ -473,13 +473,16 @@ mod modest {
     fn modest_bbr_loads_and_carries_a_flow() {
         require_vm();
         let _clean = Clean::new();
-        // 1 BDP: modest_bbr's search may take a share off BBR's window when
-        // the buffer overflows; 60 % of a link the testbed carries is "carries".
+        // 1 BDP: modest_bbr's search takes a share off BBR's window when the
+        // buffer overflows (W_min 0.75) and wins it back one packet per
+        // round trip: VM runs measured 65-93 % of the link. Half of a link
+        // the testbed carries is "carries"; a flow pinned by a stale search
+        // window (the defect fixed in modest_bbr.bpf.c) got 40 %.
         let (rate, flow, seen) = measure_on_a_healthy_link("modest_bbr flow", |rate| {
             let (flow, seen) = modest::modest_bbr_flow(equivalence_link(rate, 1), 20);
             Ok((rate, flow, seen))
         });
-        modest::assert_carries(rate as f64, &flow, &seen, 0.6);
+        modest::assert_carries(rate as f64, &flow, &seen, 0.5);
     }
 
     /// Alg. 1 read from modest_bbr's per-ACK trace: 10 Mbit/s, 40 ms,

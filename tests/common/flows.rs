@@ -4,7 +4,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ccctl::{
+use ccctl_lab::{
     diag::DiagSocket,
     iperf::{self, FlowResult, FlowSpec},
     ss::{SamplerConfig, SsSampler},

@@ -5,7 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use ccctl::{
+use ccctl_lab::{
     diag::DiagSocket,
     iperf::{self, FlowResult, FlowSpec},
     testbed::{buffer_bdp, Role, Testbed, TestbedConfig},

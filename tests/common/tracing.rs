@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ccctl::diag::DiagSocket;
-use ccctl::iperf::{self, FlowSpec};
-use ccctl::testbed::{Role, Testbed, TestbedConfig};
+use ccctl_lab::diag::DiagSocket;
+use ccctl_lab::iperf::{self, FlowSpec};
+use ccctl_lab::testbed::{Role, Testbed, TestbedConfig};
 use polars::prelude::*;
 
 use super::lab::{f64s, read_parquet, strs, wait_for};
@@ -54,7 +54,7 @@ pub fn interrupt(child: Spawned) -> (i32, String) {
 }
 
 pub fn trace_cfg_enabled() -> bool {
-    ccctl::trace::SharedMaps::open()
+    ccctl_core::trace::SharedMaps::open()
         .and_then(|m| m.read_cfg())
         .is_ok_and(|c| c.enabled != 0)
 }

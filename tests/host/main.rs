@@ -27,7 +27,7 @@ fn errors_are_clear_and_change_nothing() {
 }
 
 mod flows {
-    use ccctl::testbed::{buffer_packets, TestbedConfig};
+    use ccctl_lab::testbed::{buffer_packets, TestbedConfig};
 
     use crate::common::{ccctl, flows::*, Clean};
 

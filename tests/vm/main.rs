@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use ccctl::{
+use ccctl_lab::{
     iperf::{self, FlowResult, FlowSpec},
     testbed::{buffer_bdp, TestbedConfig},
 };

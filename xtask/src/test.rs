@@ -1,6 +1,7 @@
 //! `cargo xtask test`: the one command that runs every test.
 //!
-//! Phases: build ccctl; host tests (`cargo test -p ccctl`, then the `host`
+//! Phases: build ccctl; host tests (the unit tests of every ccctl crate,
+//! [`UNIT_TEST_PACKAGES`], then the `host`
 //! integration tests); VM tests (the `vm` integration test binary, run in
 //! one VM boot). Every libtest "test result:" line is counted and the run
 //! ends with `xtask: N passed, M failed`. A phase that cannot run (build
@@ -13,6 +14,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::{proc, vm};
+
+/// The crates whose unit tests run first (`cargo test -p ...`).
+const UNIT_TEST_PACKAGES: &[&str] = &["ccctl-sys", "ccctl-vm", "ccctl-core", "ccctl-lab", "ccctl"];
 
 /// Upper bound for the single VM boot running the VM tests.
 const VM_TIMEOUT: Duration = Duration::from_secs(45 * 60);
@@ -187,11 +191,11 @@ pub fn main(args: TestArgs) -> Result<i32> {
             eprintln!("xtask test: CCCTL_BIN={}", ccctl.display());
             if !args.vm_only {
                 let host = (|| -> Result<()> {
-                    phases.push(cargo_test(
-                        "ccctl unit tests",
-                        &["test", "-p", "ccctl"],
-                        &ccctl,
-                    )?);
+                    let mut unit = vec!["test"];
+                    for p in UNIT_TEST_PACKAGES {
+                        unit.extend(["-p", p]);
+                    }
+                    phases.push(cargo_test("ccctl unit tests", &unit, &ccctl)?);
                     phases.push(cargo_test(
                         "host tests",
                         &[

@@ -26,9 +26,7 @@ use clap::Args;
 use crate::proc;
 
 /// The guest-side pieces shared with `ccctl lab` (script, kernel, vng command line).
-#[path = "../../ccctl/src/vm.rs"]
-#[allow(dead_code)]
-mod shared;
+use ccctl_vm as shared;
 use shared::READY_MARKER;
 pub use shared::{resolve_kernel, vng, VENV};
 /// Exit code when the VM itself failed (did not boot, guest setup failed).

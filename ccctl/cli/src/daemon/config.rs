@@ -1,0 +1,262 @@
+//! `ccctl daemon`'s configuration file (TOML), validated before anything is
+//! loaded, tuned or traced; on SIGHUP the new file is validated the same way
+//! and an invalid one is refused while the old configuration stays in force.
+//!
+//! ```toml
+//! on_exit = "unload"          # or "leave": what SIGTERM does to the algorithms
+//!
+//! [[algorithms]]
+//! name = "bbr"                # ccctl user or kernel name
+//! default = false             # make it net.ipv4.tcp_congestion_control
+//! params = { cwnd_gain = 2.0, probe_up_gain = 1.25 }
+//!                             # modest-bbr also: w_min, w_max, s_min (or wmin,
+//!                             # wmax, smin); unlisted ones are at their defaults
+//!
+//! [trace]                     # optional: per-ACK traces to rotating Parquet files
+//! out_dir = "/var/lib/ccctl/traces"
+//! algo = ["bbr"]              # default: every algorithm
+//! port = 0                    # local or remote port; 0 = any
+//! sample = 1                  # every Nth ACK
+//! per_rtt = false             # at most one event per round trip
+//! rotate_size = "256MB"       # start a new file after this many bytes ...
+//! rotate_time = "1h"          # ... or this long, whichever comes first
+//! ```
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use ccctl_core::algos;
+use ccctl_core::params;
+use ccctl_core::units::Span;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnExit {
+    #[default]
+    Unload,
+    Leave,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlgoConfig {
+    pub name: String,
+    #[serde(default)]
+    pub default: bool,
+    #[serde(default)]
+    pub params: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceConfig {
+    pub out_dir: PathBuf,
+    #[serde(default)]
+    pub algo: Vec<String>,
+    #[serde(default)]
+    pub port: u16,
+    #[serde(default = "one")]
+    pub sample: u32,
+    #[serde(default)]
+    pub per_rtt: bool,
+    #[serde(default = "default_rotate_size")]
+    pub rotate_size: String,
+    #[serde(default = "default_rotate_time")]
+    pub rotate_time: Span,
+}
+
+fn one() -> u32 {
+    1
+}
+fn default_rotate_size() -> String {
+    "256MB".into()
+}
+fn default_rotate_time() -> Span {
+    Span(std::time::Duration::from_secs(3600))
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    #[serde(default)]
+    pub on_exit: OnExit,
+    #[serde(default)]
+    pub algorithms: Vec<AlgoConfig>,
+    #[serde(default)]
+    pub trace: Option<TraceConfig>,
+}
+
+/// Smallest rotation size: below it files would be mostly footer.
+const MIN_ROTATE_BYTES: u64 = 1 << 20;
+
+/// `"256MB"`, `"64MiB"`, `"1GB"`, `"1048576"` -> bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 256MB"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1.0,
+        "kB" | "KB" => 1e3,
+        "KiB" => 1024.0,
+        "MB" => 1e6,
+        "MiB" => 1024.0 * 1024.0,
+        "GB" => 1e9,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        u => {
+            return Err(format!(
+                "unknown size unit `{u}` in `{s}` (B, kB, MB, GB, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    Ok((v * mult) as u64)
+}
+
+impl DaemonConfig {
+    /// Parse and validate; errors name the field.
+    pub fn from_toml(text: &str) -> Result<DaemonConfig, String> {
+        let cfg: DaemonConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let mut defaults = 0;
+        for (i, a) in self.algorithms.iter().enumerate() {
+            let algo = algos::find(&a.name).map_err(|e| format!("algorithms[{i}].name: {e}"))?;
+            if self.algorithms[..i]
+                .iter()
+                .any(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name))
+            {
+                return Err(format!(
+                    "algorithms[{i}].name: `{}` is listed twice",
+                    a.name
+                ));
+            }
+            if a.default {
+                defaults += 1;
+            }
+            params::validate(algo, &a.params, &ccctl_core::abi::ccctl_params::default())
+                .map_err(|e| format!("algorithms[{i}].params: {e}"))?;
+        }
+        if defaults > 1 {
+            return Err("algorithms: at most one may set `default = true`".into());
+        }
+        if let Some(t) = &self.trace {
+            for (i, a) in t.algo.iter().enumerate() {
+                algos::find(a).map_err(|e| format!("trace.algo[{i}]: {e}"))?;
+            }
+            if t.sample == 0 {
+                return Err("trace.sample: must be at least 1 (1 = every ACK)".into());
+            }
+            let size = parse_size(&t.rotate_size).map_err(|e| format!("trace.rotate_size: {e}"))?;
+            if size < MIN_ROTATE_BYTES {
+                return Err(format!(
+                    "trace.rotate_size: {} is below the 1 MiB minimum",
+                    t.rotate_size
+                ));
+            }
+            if t.rotate_time.0 < std::time::Duration::from_secs(1) {
+                return Err("trace.rotate_time: must be at least 1s".into());
+            }
+            if t.out_dir.as_os_str().is_empty() {
+                return Err("trace.out_dir: must name a directory".into());
+            }
+        }
+        Ok(())
+    }
+
+    pub fn rotate_bytes(&self) -> u64 {
+        self.trace
+            .as_ref()
+            .and_then(|t| parse_size(&t.rotate_size).ok())
+            .unwrap_or(256_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_is_valid() {
+        let text = include_str!("../../../../examples/daemon.toml");
+        let cfg = DaemonConfig::from_toml(text).expect("the shipped example is valid");
+        assert_eq!(cfg.algorithms[0].name, "bbr");
+        assert!(cfg.trace.is_some());
+    }
+
+    #[test]
+    fn bad_configs_name_the_field() {
+        let cases = [
+            ("[[algorithms]]\nname = \"nosuch\"", "algorithms[0].name"),
+            (
+                "[[algorithms]]\nname = \"bbr\"\nparams = { cwnd_gain = 9.0 }",
+                "cwnd_gain",
+            ),
+            (
+                "[[algorithms]]\nname = \"bbr\"\nparams = { wmin = 0.5 }",
+                "not a parameter of bbr",
+            ),
+            (
+                "[[algorithms]]\nname = \"bbr\"\n[[algorithms]]\nname = \"bpf_bbr\"",
+                "listed twice",
+            ),
+            ("on_exit = \"explode\"", "on_exit"),
+            ("bogus = 1", "unknown field `bogus`"),
+            ("[trace]\nout_dir = \"/tmp/x\"\nsample = 0", "trace.sample"),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nrotate_size = \"10kB\"",
+                "trace.rotate_size",
+            ),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nalgo = [\"nosuch\"]",
+                "trace.algo[0]",
+            ),
+        ];
+        for (text, needle) in cases {
+            let e = DaemonConfig::from_toml(text).expect_err(text);
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn modest_bbr_params_by_name_or_flag_and_checked_as_a_set() {
+        let ok = "[[algorithms]]\nname = \"modest-bbr\"\nparams = { w_min = 0.6, wmax = 0.9, s_min = 2, cwnd_gain = 2.5 }";
+        DaemonConfig::from_toml(ok).expect("valid modest-bbr params");
+        let cases = [
+            (
+                "params = { w_min = 0.9, w_max = 0.8 }",
+                "w_min 0.9 must be below w_max 0.8",
+            ),
+            // Unlisted parameters are at their defaults: w_min 0.75.
+            (
+                "params = { w_max = 0.7 }",
+                "w_min 0.75 must be below w_max 0.7",
+            ),
+            ("params = { s_min = 1.5 }", "whole number"),
+            ("params = { s_min = 65 }", "1 to 64"),
+            ("params = { theta = 1.0 }", "valid: cwnd_gain (--cwnd-gain)"),
+        ];
+        for (params, needle) in cases {
+            let text = format!("[[algorithms]]\nname = \"modest-bbr\"\n{params}");
+            let e = DaemonConfig::from_toml(&text).expect_err(params);
+            assert!(
+                e.contains("algorithms[0].params") && e.contains(needle),
+                "{params}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256MB"), Ok(256_000_000));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert!(parse_size("12 parsecs").is_err());
+    }
+}

@@ -1,0 +1,371 @@
+//! `ccctl daemon`: load and tune algorithms from a config file, trace them
+//! into rotating Parquet files, reload on SIGHUP, clean up on SIGTERM.
+//!
+//! - One daemon at a time: an exclusive `flock` on `/run/ccctl/daemon.lock`
+//!   (holding the daemon's pid); a second start refuses and names the pid.
+//! - Start: validate the config, load each algorithm not already loaded
+//!   (remembering which ones we loaded), make one the default if asked,
+//!   write each one's parameters (one map update per algorithm), start the
+//!   trace thread if `[trace]` is there (it takes the tracer lock, so a
+//!   `ccctl trace` running at the same time refuses, and vice versa).
+//! - SIGHUP: read and validate the file again; if it is invalid, log why and
+//!   keep the running configuration. Else apply the difference: parameters
+//!   are written to the maps (running flows pick them up at their next ACK,
+//!   no reload, no reconnect), new algorithms are loaded, algorithms no
+//!   longer listed that the daemon loaded are unloaded, and the trace filter
+//!   is rewritten in place (or tracing started or stopped).
+//! - SIGTERM / SIGINT: stop tracing (the current file is finished and
+//!   readable), then unload every algorithm of the config if `on_exit =
+//!   "unload"` (or leave them registered with `"leave"`), release the locks.
+pub mod config;
+
+use std::collections::BTreeSet;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use ccctl_core::algos;
+use ccctl_core::kernel;
+use ccctl_core::loader::{self, LoadOptions};
+use ccctl_core::params;
+use ccctl_core::trace;
+
+pub use config::{DaemonConfig, OnExit};
+
+const LOCK_PATH: &str = "/run/ccctl/daemon.lock";
+
+/// Exclusive lock with our pid in it; released when dropped (or on exit).
+struct DaemonLock {
+    _file: std::fs::File,
+}
+
+impl DaemonLock {
+    fn acquire(path: &Path) -> Result<DaemonLock> {
+        use std::io::{Read, Seek, Write};
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut pid = String::new();
+            let _ = f.read_to_string(&mut pid);
+            bail!(
+                "another ccctl daemon (pid {}) is running; stop it first (it holds {})",
+                pid.trim(),
+                path.display()
+            );
+        }
+        f.set_len(0).ok();
+        f.rewind().ok();
+        let _ = write!(f, "{}", std::process::id());
+        Ok(DaemonLock { _file: f })
+    }
+}
+
+/// Signals the daemon acts on, recorded by a handler and read by the loop.
+mod signals {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub static HUP: AtomicBool = AtomicBool::new(false);
+    pub static TERM: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn on_hup(_: libc::c_int) {
+        HUP.store(true, Ordering::SeqCst);
+    }
+    extern "C" fn on_term(_: libc::c_int) {
+        TERM.store(true, Ordering::SeqCst);
+    }
+
+    pub fn install() {
+        let set = |sig: libc::c_int, f: extern "C" fn(libc::c_int)| {
+            // SAFETY: handlers only store to atomics.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = f as usize;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        };
+        set(libc::SIGHUP, on_hup);
+        set(libc::SIGTERM, on_term);
+        set(libc::SIGINT, on_term);
+    }
+
+    pub fn take_hup() -> bool {
+        HUP.swap(false, Ordering::SeqCst)
+    }
+
+    pub fn term() -> bool {
+        TERM.load(Ordering::SeqCst)
+    }
+}
+
+/// The running trace thread.
+struct Tracing {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<trace::TraceSummary>>,
+    maps: Arc<trace::SharedMaps>,
+    session: u64,
+}
+
+impl Tracing {
+    fn start(cfg: &config::TraceConfig, rotate_bytes: u64) -> Result<Tracing> {
+        std::fs::create_dir_all(&cfg.out_dir)
+            .with_context(|| format!("creating {}", cfg.out_dir.display()))?;
+        let maps = Arc::new(trace::SharedMaps::open()?);
+        let filter = trace_filter(cfg)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let output = ccctl_lab::trace_files::Output::Rotating {
+            dir: cfg.out_dir.clone(),
+            prefix: "trace".into(),
+            max_bytes: rotate_bytes,
+            max_age: cfg.rotate_time.0,
+        };
+        let opts = trace::TraceOptions {
+            filter,
+            duration: None,
+            stall: None,
+            announce: false,
+            stop: Some(stop.clone()),
+        };
+        let m = maps.clone();
+        let thread = std::thread::Builder::new()
+            .name("ccctl-trace".into())
+            .spawn(move || {
+                let _lock = trace::TraceLock::acquire()?;
+                ccctl_lab::trace_files::run_with(&m, opts, &output)
+            })
+            .context("starting the trace thread")?;
+        Ok(Tracing {
+            stop,
+            thread,
+            maps,
+            session: std::process::id() as u64,
+        })
+    }
+
+    /// New filters, in place: the ring and the current file go on.
+    fn refilter(&self, cfg: &config::TraceConfig) -> Result<()> {
+        let filter = trace_filter(cfg)?;
+        self.maps.write_cfg(&filter.cfg(self.session))?;
+        Ok(())
+    }
+
+    fn stop(self) -> Result<trace::TraceSummary> {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.thread.join() {
+            Ok(r) => r,
+            Err(_) => bail!("the trace thread panicked"),
+        }
+    }
+}
+
+fn trace_filter(cfg: &config::TraceConfig) -> Result<trace::Filter> {
+    Ok(trace::Filter::new(
+        &cfg.algo,
+        (cfg.port != 0).then_some(cfg.port),
+        Some(cfg.sample),
+        cfg.per_rtt,
+    )?)
+}
+
+/// What the daemon has done to the system, to undo on exit.
+#[derive(Default)]
+struct State {
+    /// User names of algorithms this daemon loaded.
+    loaded_by_us: BTreeSet<&'static str>,
+}
+
+fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> Result<()> {
+    for a in &cfg.algorithms {
+        let algo = algos::find(&a.name)?;
+        let mut written = false;
+        if !kernel::is_registered(algo.kernel_name)? {
+            // Its parameters are in the map before it is registered.
+            let initial = params::initial(algo, &a.params)?;
+            loader::load(
+                algo,
+                &LoadOptions {
+                    set_default: a.default,
+                    params: Some(initial),
+                    ..Default::default()
+                },
+            )?;
+            state.loaded_by_us.insert(algo.name);
+            written = true;
+            tracing::info!(algo = algo.name, params = ?a.params, "loaded");
+        } else if a.default {
+            loader::load(
+                algo,
+                &LoadOptions {
+                    set_default: true,
+                    ..Default::default()
+                },
+            )?;
+        }
+        let before = prev.and_then(|p| {
+            p.algorithms
+                .iter()
+                .find(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name))
+        });
+        if !written && before.map(|b| &b.params) != Some(&a.params) {
+            // Unlisted parameters go back to their defaults: the file is the
+            // truth. One map update, so flows never see a half-applied set.
+            let v = params::replace(algo, &a.params)?;
+            tracing::info!(algo = algo.name, version = v, params = ?a.params, "parameters written");
+        }
+    }
+    if let Some(p) = prev {
+        for old in &p.algorithms {
+            let Ok(algo) = algos::find(&old.name) else {
+                continue;
+            };
+            let still = cfg
+                .algorithms
+                .iter()
+                .any(|a| algos::find(&a.name).is_ok_and(|a| a.name == algo.name));
+            if !still && state.loaded_by_us.remove(algo.name) {
+                loader::unload(algo)?;
+                tracing::info!(algo = algo.name, "unloaded (no longer in the config)");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_config(path: &Path) -> Result<DaemonConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    DaemonConfig::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+pub struct DaemonOptions {
+    pub config: PathBuf,
+    /// Lock path (tests use their own).
+    pub lock: Option<PathBuf>,
+}
+
+pub fn run(opts: DaemonOptions) -> Result<()> {
+    kernel::check_privileges()?;
+    let mut cfg = read_config(&opts.config)?;
+    let _lock = DaemonLock::acquire(opts.lock.as_deref().unwrap_or(Path::new(LOCK_PATH)))?;
+    signals::install();
+    let mut state = State::default();
+    let result = (|| -> Result<()> {
+        apply(&cfg, None, &mut state)?;
+        let mut tracing_thread = match &cfg.trace {
+            Some(t) => Some(Tracing::start(t, cfg.rotate_bytes())?),
+            None => None,
+        };
+        eprintln!(
+            "ccctl daemon: running (pid {}): {} algorithm(s){}",
+            std::process::id(),
+            cfg.algorithms.len(),
+            if tracing_thread.is_some() {
+                ", tracing"
+            } else {
+                ""
+            }
+        );
+        loop {
+            if signals::term() {
+                break;
+            }
+            if let Some(t) = &tracing_thread {
+                if t.thread.is_finished() {
+                    let t = tracing_thread.take().context("trace thread")?;
+                    let r = t.stop();
+                    bail!("tracing stopped unexpectedly: {:?}", r.err());
+                }
+            }
+            if signals::take_hup() {
+                match read_config(&opts.config) {
+                    Err(e) => {
+                        tracing::error!("SIGHUP: keeping the running configuration: {e:#}");
+                        eprintln!(
+                            "ccctl daemon: SIGHUP: config refused, keeping the running one: {e:#}"
+                        );
+                    }
+                    Ok(new) => {
+                        apply(&new, Some(&cfg), &mut state)?;
+                        tracing_thread = match (tracing_thread.take(), &new.trace) {
+                            (Some(t), Some(tc))
+                                if cfg
+                                    .trace
+                                    .as_ref()
+                                    .map(|o| (&o.out_dir, &o.rotate_size, o.rotate_time))
+                                    == Some((&tc.out_dir, &tc.rotate_size, tc.rotate_time)) =>
+                            {
+                                t.refilter(tc)?;
+                                Some(t)
+                            }
+                            (Some(t), new_trace) => {
+                                let s = t.stop()?;
+                                eprintln!(
+                                    "ccctl daemon: trace: {} events written, {} dropped",
+                                    s.events_written, s.events_dropped
+                                );
+                                match new_trace {
+                                    Some(tc) => Some(Tracing::start(tc, new.rotate_bytes())?),
+                                    None => None,
+                                }
+                            }
+                            (None, Some(tc)) => Some(Tracing::start(tc, new.rotate_bytes())?),
+                            (None, None) => None,
+                        };
+                        cfg = new;
+                        eprintln!("ccctl daemon: SIGHUP: configuration reloaded");
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some(t) = tracing_thread.take() {
+            let s = t.stop()?;
+            eprintln!(
+                "ccctl daemon: trace: {} events written, {} dropped",
+                s.events_written, s.events_dropped
+            );
+        }
+        Ok(())
+    })();
+    // Whatever happened above: leave the system as the config says.
+    let mut cleanup_err = None;
+    if cfg.on_exit == OnExit::Unload || result.is_err() {
+        for a in &cfg.algorithms {
+            if let Ok(algo) = algos::find(&a.name) {
+                if cfg.on_exit == OnExit::Unload || state.loaded_by_us.contains(algo.name) {
+                    if let Err(e) = loader::unload(algo) {
+                        cleanup_err.get_or_insert(e);
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "ccctl daemon: stopped; algorithms {}",
+        if cfg.on_exit == OnExit::Unload {
+            "unloaded"
+        } else {
+            "left loaded"
+        }
+    );
+    result?;
+    if let Some(e) = cleanup_err {
+        return Err(e.into());
+    }
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! `ccctl`: the command line and the daemon; the work is in ccctl-core and
+//! ccctl-lab.
+mod cli;
+mod daemon;
+mod logging;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    // Like other CLI tools: `ccctl ... | head` ends quietly on a closed pipe.
+    // SAFETY: restoring the default disposition before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = cli::Cli::parse();
+    logging::init(cli.verbose);
+    match cli::run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ccctl: error: {e:#}");
+            match e.downcast_ref::<ccctl_lab::LabError>() {
+                // Killed-by-signal convention, after a clean teardown.
+                Some(ccctl_lab::LabError::Interrupted(sig)) => {
+                    std::process::ExitCode::from(128 + *sig as u8)
+                }
+                _ => std::process::ExitCode::FAILURE,
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The tracing maps every ccctl algorithm shares, pinned under
+//! `<bpffs>/ccctl/shared/` while at least one algorithm is loaded.
+use std::{
+    io::ErrorKind,
+    mem::size_of,
+    path::{Path, PathBuf},
+};
+
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+
+use super::TraceError;
+use crate::abi;
+
+/// `<bpffs>/ccctl/shared`, where the loader pins them.
+pub fn shared_dir() -> PathBuf {
+    crate::loader::shared_dir()
+}
+
+pub const EVENTS: &str = "trace_events";
+pub const CFG: &str = "trace_cfg";
+pub const DROPS: &str = "trace_drops";
+
+/// Handles on the pinned tracing maps.
+#[derive(Debug)]
+pub struct SharedMaps {
+    /// Ring buffer of `struct ccctl_event`.
+    pub events: MapHandle,
+    /// One `struct ccctl_trace_cfg`.
+    pub cfg: MapHandle,
+    /// Per-CPU u64: failed reservations, never reset.
+    pub drops: MapHandle,
+    dir: PathBuf,
+}
+
+impl SharedMaps {
+    /// Open the maps under [`shared_dir`].
+    pub fn open() -> Result<SharedMaps, TraceError> {
+        Self::open_in(&shared_dir())
+    }
+
+    /// Open the maps under `dir`, checking they are what this binary expects.
+    pub fn open_in(dir: &Path) -> Result<SharedMaps, TraceError> {
+        let events = open_pinned(dir, EVENTS)?;
+        let cfg = open_pinned(dir, CFG)?;
+        let drops = open_pinned(dir, DROPS)?;
+        let mismatch = |name: &str, detail: String| TraceError::AbiMismatch {
+            path: dir.join(name),
+            detail,
+        };
+        if events.map_type() != MapType::RingBuf {
+            return Err(mismatch(
+                EVENTS,
+                format!("a {:?} map, not a ring buffer", events.map_type()),
+            ));
+        }
+        let want = size_of::<abi::ccctl_trace_cfg>();
+        if cfg.value_size() as usize != want {
+            return Err(mismatch(
+                CFG,
+                format!(
+                    "values of {} bytes, struct ccctl_trace_cfg has {want}",
+                    cfg.value_size()
+                ),
+            ));
+        }
+        if drops.map_type() != MapType::PercpuArray || drops.value_size() != 8 {
+            return Err(mismatch(
+                DROPS,
+                format!(
+                    "a {:?} map of {}-byte values, not a per-CPU array of u64",
+                    drops.map_type(),
+                    drops.value_size()
+                ),
+            ));
+        }
+        Ok(SharedMaps {
+            events,
+            cfg,
+            drops,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The `trace_cfg` entry.
+    pub fn read_cfg(&self) -> Result<abi::ccctl_trace_cfg, TraceError> {
+        let bytes = self
+            .cfg
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(self.bpf_err(CFG, "reading"))?
+            .unwrap_or_default();
+        if bytes.len() < size_of::<abi::ccctl_trace_cfg>() {
+            return Ok(abi::ccctl_trace_cfg::default());
+        }
+        // SAFETY: the buffer holds a whole ccctl_trace_cfg (plain integers).
+        Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<abi::ccctl_trace_cfg>()) })
+    }
+
+    /// Replace the `trace_cfg` entry (one atomic map update).
+    pub fn write_cfg(&self, cfg: &abi::ccctl_trace_cfg) -> Result<(), TraceError> {
+        // SAFETY: ccctl_trace_cfg is plain integers with no padding (40 bytes:
+        // nine 32/16-bit fields fill 32 bytes before the u64).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (cfg as *const abi::ccctl_trace_cfg).cast::<u8>(),
+                size_of::<abi::ccctl_trace_cfg>(),
+            )
+        };
+        self.cfg
+            .update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
+            .map_err(self.bpf_err(CFG, "writing"))
+    }
+
+    /// Other maps are pinned under our directory now: every algorithm was
+    /// unloaded (unpinning these, which live on while we hold them) and one
+    /// was loaded again, pinning new ones. False while these are pinned or
+    /// none are (nothing loaded: events may come once something is).
+    pub fn replaced(&self) -> bool {
+        let id = |m: &MapHandle| m.info().map(|i| i.info.id).ok();
+        match MapHandle::from_pinned_path(self.dir.join(CFG)) {
+            Ok(pinned) => id(&pinned).is_some_and(|p| Some(p) != id(&self.cfg)),
+            Err(_) => false,
+        }
+    }
+
+    /// Events the BPF side failed to reserve, summed over CPUs, since load.
+    pub fn drops(&self) -> Result<u64, TraceError> {
+        let per_cpu = self
+            .drops
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(self.bpf_err(DROPS, "reading"))?
+            .unwrap_or_default();
+        Ok(per_cpu
+            .iter()
+            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_ne_bytes)
+            .fold(0u64, u64::wrapping_add))
+    }
+
+    fn bpf_err(&self, name: &str, verb: &str) -> impl FnOnce(libbpf_rs::Error) -> TraceError {
+        let what = format!("{verb} {}", self.dir.join(name).display());
+        move |source| TraceError::Bpf { what, source }
+    }
+}
+
+fn open_pinned(dir: &Path, name: &str) -> Result<MapHandle, TraceError> {
+    let path = dir.join(name);
+    match std::fs::metadata(&path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(TraceError::NotLoaded { path }),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            return Err(TraceError::NotPermitted { path })
+        }
+        Err(source) => {
+            return Err(TraceError::Io {
+                what: format!("reading {}", path.display()),
+                source,
+            })
+        }
+    }
+    MapHandle::from_pinned_path(&path).map_err(|source| {
+        if source.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+            TraceError::NotPermitted { path }
+        } else {
+            TraceError::Bpf {
+                what: format!("opening {}", path.display()),
+                source,
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_pins_mean_nothing_is_loaded() {
+        let dir = crate::sys::scratch_dir("trace-test").unwrap();
+        let err = SharedMaps::open_in(&dir).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "no ccctl algorithm is loaded (no {}); load one with `ccctl load bbr`",
+                dir.join("trace_events").display()
+            )
+        );
+    }
+
+    #[test]
+    fn trace_cfg_has_no_padding() {
+        // write_cfg hands the struct's bytes to the kernel as they are.
+        assert_eq!(size_of::<abi::ccctl_trace_cfg>(), 40);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, session), 32);
+    }
+}

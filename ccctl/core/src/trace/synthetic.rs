@@ -1,0 +1,65 @@
+//! Synthetic events: plausible, all different, for benchmarks of the
+//! consumer side and for tests of everything that takes events.
+use crate::abi;
+
+/// A plausible event, different for every `i`: 16 flows of four algorithms
+/// with drifting windows, rates and RTTs.
+pub fn synthetic_event(i: u64) -> abi::ccctl_event {
+    let flow = i % 16;
+    let algo = (flow % 4 + 1) as u8;
+    let wave = (i * 7919) % 1000;
+    abi::ccctl_event {
+        ts_ns: 1_000_000_000 + i * 1_500,
+        flow_id: flow + 1,
+        saddr: u32::from_be_bytes([10, 0, flow as u8, 1]).to_be(),
+        daddr: u32::from_be_bytes([10, 1, flow as u8, 2]).to_be(),
+        sport: 40_000 + flow as u16,
+        dport: 5201,
+        family: libc::AF_INET as u16,
+        algo,
+        ca_state: if wave < 950 { 0 } else { 3 },
+        cwnd: 10 + wave as u32,
+        ssthresh: 0x7fff_ffff,
+        pacing_rate: 1_000_000 + wave * 12_345,
+        delivery_rate: if i % 3 == 0 {
+            0
+        } else {
+            900_000 + wave * 11_111
+        },
+        mss: 1448,
+        srtt_us: 40_000 + (wave as u32) * 7,
+        min_rtt_us: 40_000,
+        in_flight: 5 + wave as u32,
+        delivered: i as u32,
+        lost: (i / 1000) as u32,
+        total_retrans: (i / 900) as u32,
+        param_version: 1,
+        bbr_mode: (i / 10_000 % 4) as u8,
+        modest_phase: if algo as u32 == abi::CCCTL_ALGO_MODEST_BBR {
+            (i / 5_000 % 3) as u8
+        } else {
+            0
+        },
+        pacing_gain: [256, 320, 192, 256][(i % 4) as usize],
+        cwnd_gain: 512,
+        btl_bw: 1_100_000 + wave * 10_000,
+        min_win: if algo as u32 == abi::CCCTL_ALGO_MODEST_BBR {
+            50
+        } else {
+            0
+        },
+        max_win: if algo as u32 == abi::CCCTL_ALGO_MODEST_BBR {
+            150
+        } else {
+            0
+        },
+        last_cwnd: 9 + wave as u32,
+        theta_fp: if algo as u32 == abi::CCCTL_ALGO_PATCHED_BBR {
+            (wave as i64 - 500) * 655
+        } else {
+            0
+        },
+        dstar: [wave as u32, (i % 7) as u32, 0, (i % 2) as u32],
+        ..Default::default()
+    }
+}

@@ -1,0 +1,233 @@
+//! Executes one job: builds its testbed, runs iperf3 per flow, samples every
+//! flow's socket through inet_diag every 100 ms, tears the testbed down.
+//!
+//! Sender hosts: flows with the same base RTT share one sender namespace
+//! (the RTT lives on that host's ACK path), so tens of flows do not need tens
+//! of namespaces. Each flow has its own iperf3 server port; its data
+//! connection is the socket whose local port iperf3 reports at the end
+//! (the control connection to the same port is dropped).
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::diag::{DiagSocket, TcpInfo};
+use crate::iperf::{self, FlowResult, FlowSpec};
+use crate::scenario::{Aqm, FlowPlan};
+use crate::testbed::{self, QdiscStats, Role, Testbed, TestbedConfig};
+
+use super::plan::Job;
+use super::{interrupt, LabError};
+
+/// Socket sampling period.
+pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
+/// How long past the flows' planned end we wait before collecting anyway.
+const END_GRACE: Duration = Duration::from_secs(5);
+
+/// One inet_diag reading of a flow's socket.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Seconds since the job's flows were launched.
+    pub t: f64,
+    pub info: TcpInfo,
+}
+
+#[derive(Debug, Clone)]
+pub struct FlowRecord {
+    pub plan: FlowPlan,
+    /// Name given to `iperf3 -C`.
+    pub kernel_cc: String,
+    pub sender: usize,
+    pub result: FlowResult,
+    pub samples: Vec<Sample>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    pub job: Job,
+    pub flows: Vec<FlowRecord>,
+    pub bottleneck: Option<QdiscStats>,
+    pub started_unix: f64,
+    pub wall_secs: f64,
+    /// Sampling rounds in which inet_diag failed (the last error is logged).
+    pub sample_failures: u64,
+    /// The `tc` configuration of this job's testbed, for the metadata.
+    pub qdiscs: Vec<String>,
+    /// Wall time spent building the testbed, running the flows, tearing down.
+    pub phase_secs: [f64; 3],
+    /// CLOCK_MONOTONIC at `t = 0` of the samples (aligns per-ACK traces).
+    pub t0_monotonic_ns: u64,
+    /// Per-ACK trace of our algorithms' flows in this run, if taken.
+    pub trace: Option<std::path::PathBuf>,
+}
+
+/// Distinct base RTTs in order of first appearance: one sender host each.
+pub fn sender_rtts(flows: &[FlowPlan]) -> (Vec<Duration>, Vec<usize>) {
+    let mut rtts: Vec<Duration> = Vec::new();
+    let senders = flows
+        .iter()
+        .map(|f| match rtts.iter().position(|r| *r == f.rtt) {
+            Some(i) => i,
+            None => {
+                rtts.push(f.rtt);
+                rtts.len() - 1
+            }
+        })
+        .collect();
+    (rtts, senders)
+}
+
+pub fn testbed_config(job: &Job) -> TestbedConfig {
+    let (rtts, _) = sender_rtts(&job.flows);
+    let mut cfg = TestbedConfig::new(job.link.rate.bps(), job.link.buffer_bytes).with_rtts(&rtts);
+    if job.link.loss > 0.0 {
+        cfg = cfg.with_loss(job.link.loss);
+    }
+    cfg.with_aqm(match job.link.aqm {
+        Aqm::TailDrop => testbed::Aqm::TailDrop,
+        Aqm::FqCodel => testbed::Aqm::FqCodel,
+    })
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Runs `job`; `kernel_cc` maps scenario names to `iperf3 -C` names.
+pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRecord, LabError> {
+    let started_unix = now_unix();
+    let wall = Instant::now();
+    let cfg = testbed_config(job);
+    let tb = Testbed::new(cfg)?;
+    if let Some(sig) = interrupt::received() {
+        return Err(LabError::Interrupted(sig));
+    }
+    let (_, senders) = sender_rtts(&job.flows);
+    let setup_secs = wall.elapsed().as_secs_f64();
+
+    let mut diag = Vec::new();
+    for i in 0..tb.num_senders() {
+        let path = Path::new("/run/netns").join(tb.ns(Role::Sender(i)));
+        diag.push(DiagSocket::open_in_netns(&path)?);
+    }
+
+    let mut specs = Vec::with_capacity(job.flows.len());
+    for (f, &sender) in job.flows.iter().zip(&senders) {
+        let cc = kernel_cc
+            .get(&f.cc)
+            .cloned()
+            .unwrap_or_else(|| f.cc.clone());
+        specs.push(
+            FlowSpec::new(sender, &cc, f.duration)
+                .start_offset(f.start)
+                .port(tb.alloc_port()),
+        );
+    }
+    let ports: Vec<u16> = specs.iter().filter_map(|s| s.port).collect();
+    let receiver = tb.receiver_addr();
+
+    let mut running = iperf::spawn_flows(&tb, &specs)?;
+    let t0 = Instant::now();
+    let t0_monotonic_ns = ccctl_core::sys::time::monotonic_ns();
+    let planned = running.expected_runtime();
+    // (flow index, local port) -> samples; the control connection is dropped later.
+    let mut raw: BTreeMap<(usize, u16), Vec<Sample>> = BTreeMap::new();
+    let mut sample_failures = 0u64;
+    let mut next = t0;
+    loop {
+        if let Some(sig) = interrupt::received() {
+            return Err(LabError::Interrupted(sig));
+        }
+        let t = t0.elapsed().as_secs_f64();
+        for (sender, sock) in diag.iter().enumerate() {
+            match sock.tcp_sockets() {
+                Ok(socks) => {
+                    for s in socks {
+                        if *s.remote.ip() != receiver {
+                            continue;
+                        }
+                        let Some(flow) = ports.iter().position(|&p| p == s.remote.port()) else {
+                            continue;
+                        };
+                        if senders[flow] != sender {
+                            continue;
+                        }
+                        if let Some(info) = s.info {
+                            raw.entry((flow, s.local.port()))
+                                .or_default()
+                                .push(Sample { t, info });
+                        }
+                    }
+                }
+                Err(e) => {
+                    sample_failures += 1;
+                    tracing::debug!(error = %e, "inet_diag sampling failed");
+                }
+            }
+        }
+        let elapsed = t0.elapsed();
+        if elapsed >= planned && (running.all_exited()? || elapsed >= planned + END_GRACE) {
+            break;
+        }
+        next += SAMPLE_PERIOD;
+        let now = Instant::now();
+        if next > now {
+            interrupt::sleep(next - now);
+        } else {
+            next = now; // fell behind (slow machine): do not burst
+        }
+    }
+    let results = running.wait()?;
+    let flow_secs = wall.elapsed().as_secs_f64() - setup_secs;
+    let bottleneck = tb.bottleneck_stats().ok();
+    let qdiscs = qdisc_description(&tb);
+    tb.destroy()?;
+    let teardown_secs = wall.elapsed().as_secs_f64() - setup_secs - flow_secs;
+
+    let flows = job
+        .flows
+        .iter()
+        .zip(results)
+        .enumerate()
+        .map(|(i, (plan, result))| {
+            let samples = result
+                .local_port
+                .and_then(|p| raw.remove(&(i, p)))
+                .unwrap_or_default();
+            FlowRecord {
+                plan: plan.clone(),
+                kernel_cc: result.spec.cc.clone(),
+                sender: senders[i],
+                result,
+                samples,
+            }
+        })
+        .collect();
+    Ok(JobRecord {
+        job: job.clone(),
+        flows,
+        bottleneck,
+        started_unix,
+        wall_secs: wall.elapsed().as_secs_f64(),
+        sample_failures,
+        qdiscs,
+        phase_secs: [setup_secs, flow_secs, teardown_secs],
+        t0_monotonic_ns,
+        trace: None,
+    })
+}
+
+/// `tc qdisc show` of every router interface, one line per qdisc.
+fn qdisc_description(tb: &Testbed) -> Vec<String> {
+    tb.exec(Role::Router, &["tc", "qdisc", "show"])
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| !l.contains("noqueue"))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,294 @@
+//! ccctl-lab: congestion-control experiments on a namespace dumbbell, and
+//! everything that measures flows.
+//!
+//! The measuring parts: [`testbed`] (namespaces, links, qdiscs), [`diag`]
+//! (socket sampling through inet_diag), [`iperf`] (traffic), [`metrics`]
+//! (goodput, Jain's index, harm), [`plots`], [`trace_files`] (per-ACK traces
+//! as Parquet or CSV) and [`vm`] (the 6.1 test VM).
+//!
+//! `ccctl lab run`:
+//! A scenario ([`crate::scenario`]) becomes a [`plan`] of testbed runs
+//! (calibration, main runs, solo and same-algorithm baselines); [`exec`]
+//! runs each on a fresh testbed while sampling every flow's socket through
+//! inet_diag; [`analyze`] cuts the warm-up and computes goodput, RTT,
+//! retransmissions, Jain's index and harm; [`output`] writes the run
+//! directory (scenario, metadata, `samples.parquet`, `summary.parquet`,
+//! `summary.txt`, plots).
+//!
+//! Where: the testbed needs netem for delay and loss. When this kernel has
+//! none (or `--where vm`), the same command runs inside a virtme-ng VM
+//! booting Debian's 6.1 kernel over the host's filesystem, writing into the
+//! same run directory ([`crate::vm`]).
+pub mod consumer_bench;
+pub mod diag;
+pub mod iperf;
+pub mod metrics;
+pub mod plots;
+pub mod scenario;
+pub mod ss;
+pub mod testbed;
+pub mod trace_files;
+
+/// The test VM (ccctl-vm), where the lab runs when this kernel has no netem.
+pub use ccctl_vm as vm;
+
+pub mod analyze;
+pub(crate) mod ccs;
+pub mod exec;
+pub mod interrupt;
+pub mod output;
+pub mod plan;
+mod progress;
+mod traces;
+
+use std::path::{Path, PathBuf};
+
+use crate::scenario::{Aqm, Scenario, ScenarioError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error("scenario: {0}")]
+    Scenario(ScenarioError),
+    #[error(transparent)]
+    Testbed(#[from] testbed::Error),
+    #[error(transparent)]
+    Iperf(#[from] crate::iperf::Error),
+    #[error(transparent)]
+    Diag(#[from] crate::diag::DiagError),
+    #[error(transparent)]
+    Load(ccctl_core::error::Error),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing {what}: {message}")]
+    Output { what: String, message: String },
+    #[error("interrupted by signal {0}; the testbed was torn down and algorithms loaded for the run were unloaded")]
+    Interrupted(i32),
+    #[error("{0}")]
+    Vm(String),
+}
+
+impl LabError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
+        let what = what.into();
+        move |source| LabError::Io { what, source }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Where {
+    /// The host if its kernel has netem (and fq_codel when asked for), else the VM.
+    Auto,
+    Host,
+    Vm,
+}
+
+pub struct LabOptions {
+    pub scenario: Scenario,
+    /// Results go to `<out_root>/<name>-<UTC time>/`.
+    pub out_root: PathBuf,
+    /// Exact run directory (used by the VM half of a run).
+    pub run_dir: Option<PathBuf>,
+    pub where_: Where,
+    /// Verbosity to pass on to the VM half.
+    pub verbose: u8,
+}
+
+pub struct LabOutcome {
+    pub run_dir: PathBuf,
+    pub limited_links: usize,
+}
+
+/// Whether this kernel can run the scenario's testbed.
+fn host_can_run(sc: &Scenario) -> Result<bool, LabError> {
+    let needs_fq_codel = sc.link.aqm == Aqm::FqCodel;
+    Ok(testbed::netem_available()? && (!needs_fq_codel || testbed::fq_codel_available()?))
+}
+
+fn needs_netem(sc: &Scenario) -> bool {
+    sc.link.loss > 0.0
+        || sc
+            .runs()
+            .iter()
+            .any(|r| r.flows.iter().any(|f| !f.rtt.is_zero()))
+}
+
+fn in_vm() -> bool {
+    std::env::var_os("CCCTL_IN_VM").is_some_and(|v| v == "1")
+}
+
+pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
+    interrupt::install();
+    ccctl_core::kernel::check_privileges().map_err(LabError::Load)?;
+    let where_ = match opts.where_ {
+        Where::Auto if in_vm() => Where::Host,
+        Where::Auto if host_can_run(&opts.scenario)? => Where::Host,
+        Where::Auto => {
+            eprintln!("ccctl lab: this kernel has no netem; running the scenario in the VM (Debian 6.1, TCG)");
+            Where::Vm
+        }
+        w => w,
+    };
+    if where_ == Where::Host
+        && !in_vm()
+        && needs_netem(&opts.scenario)
+        && !host_can_run(&opts.scenario)?
+    {
+        return Err(LabError::Vm(
+            "--where host: this kernel has no netem qdisc, which base RTTs above 0 and random loss need; \
+             use --where vm (or leave --where out)"
+                .into(),
+        ));
+    }
+    // Everything that can be checked is checked before anything is created.
+    let kernel_cc = match where_ {
+        Where::Vm => {
+            ccs::precheck(&opts.scenario)?;
+            None
+        }
+        _ => Some(ccs::check(&opts.scenario)?),
+    };
+    let run_dir = match &opts.run_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)
+                .map_err(LabError::io(format!("creating {}", d.display())))?;
+            d.clone()
+        }
+        None => output::create_run_dir(&opts.out_root, &opts.scenario.name)?,
+    };
+    match kernel_cc {
+        None => run_in_vm(&opts, &run_dir),
+        Some(kernel_cc) => run_here(&opts.scenario, &kernel_cc, &run_dir, where_label()),
+    }
+}
+
+fn where_label() -> &'static str {
+    if in_vm() {
+        "vm"
+    } else {
+        "host"
+    }
+}
+
+/// Re-runs this command inside the VM with `--where host --run-dir <dir>`.
+fn run_in_vm(opts: &LabOptions, run_dir: &Path) -> Result<LabOutcome, LabError> {
+    let scenario_path = run_dir.join("scenario.toml");
+    output::write_scenario(&scenario_path, &opts.scenario)?;
+    let exe = std::env::current_exe().map_err(LabError::io("finding the ccctl executable"))?;
+    let mut cmd = vec![exe.to_string_lossy().into_owned()];
+    if opts.verbose > 0 {
+        cmd.push(format!("-{}", "v".repeat(opts.verbose as usize)));
+    }
+    cmd.extend(
+        [
+            "lab",
+            "run",
+            &scenario_path.to_string_lossy(),
+            "--where",
+            "host",
+            "--run-dir",
+            &run_dir.to_string_lossy(),
+        ]
+        .map(String::from),
+    );
+    let spec = vm::GuestRun {
+        rwdirs: vec![run_dir.to_path_buf()],
+        cmd,
+        ..vm::GuestRun::default()
+    };
+    let code = vm::run(&spec, run_dir, || interrupt::received().is_some())
+        .map_err(|e| LabError::Vm(format!("{e:#}")))?;
+    if let Some(sig) = interrupt::received() {
+        return Err(LabError::Interrupted(sig));
+    }
+    if code != 0 {
+        return Err(LabError::Vm(format!(
+            "the lab run inside the VM failed (exit code {code}); its output is above, partial results in {}",
+            run_dir.display()
+        )));
+    }
+    let limited_links = output::read_limited_links(run_dir).unwrap_or(0);
+    Ok(LabOutcome {
+        run_dir: run_dir.to_path_buf(),
+        limited_links,
+    })
+}
+
+fn run_here(
+    sc: &Scenario,
+    kernel_cc: &std::collections::BTreeMap<String, String>,
+    run_dir: &Path,
+    where_: &str,
+) -> Result<LabOutcome, LabError> {
+    let plan = plan::plan(sc);
+    let mut meta = output::Metadata::new(sc, where_, &plan);
+    output::write_scenario(&run_dir.join("scenario.toml"), sc)?;
+    meta.write(run_dir)?;
+    let loaded = ccs::Loaded::ensure(sc)?;
+    meta.loaded_for_run = loaded.names().iter().map(|s| s.to_string()).collect();
+
+    let tracer = traces::LabTracer::new(sc.algorithms(), run_dir);
+    let mut progress = progress::Progress::new(&plan.jobs);
+    let mut records = Vec::with_capacity(plan.jobs.len());
+    let mut failure = None;
+    for job in &plan.jobs {
+        progress.start(job);
+        let job_trace = tracer.as_ref().and_then(|t| t.start(job));
+        let result = exec::run_job(job, kernel_cc);
+        let trace_file = job_trace.and_then(traces::JobTrace::finish);
+        match result {
+            Ok(mut rec) => {
+                rec.trace = trace_file;
+                progress.finish(job, Some(&rec));
+                records.push(rec);
+            }
+            Err(e) => {
+                progress.finish(job, None);
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    progress.done();
+    drop(tracer);
+    drop(loaded);
+    meta.finish(&records, failure.as_ref());
+    let analysis = analyze::analyze(&plan, &records);
+    meta.calibrations = analysis.calibrations.clone();
+    meta.write(run_dir)?;
+    // Whatever ran is written even when a later job failed or was interrupted.
+    output::write_samples(&run_dir.join("samples.parquet"), &records)?;
+    output::write_summary(&run_dir.join("summary.parquet"), &analysis.rows)?;
+    let table = output::summary_table(sc, &plan, &analysis);
+    std::fs::write(run_dir.join("summary.txt"), &table)
+        .map_err(LabError::io("writing summary.txt"))?;
+    print!("{table}");
+    for rec in records.iter().filter(|r| r.job.kind == plan::JobKind::Main) {
+        if let Err(e) = traces::plot(rec, &run_dir.join("plots")) {
+            eprintln!(
+                "ccctl lab: warning: per-ACK plot of run {}: {e:#}",
+                rec.job.id
+            );
+        }
+    }
+    if let Err(e) = output::write_plots(&run_dir.join("plots"), &records, &analysis) {
+        tracing::warn!(error = %e, "plots incomplete");
+        eprintln!("ccctl lab: warning: {e}");
+    }
+    eprintln!("ccctl lab: results in {}", run_dir.display());
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(LabOutcome {
+        run_dir: run_dir.to_path_buf(),
+        limited_links: analysis
+            .calibrations
+            .iter()
+            .filter(|c| c.testbed_limited)
+            .count(),
+    })
+}

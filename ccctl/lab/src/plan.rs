@@ -1,0 +1,343 @@
+//! From a scenario to the list of testbed runs ("jobs") the lab executes.
+//!
+//! For every link setting of the sweep, in this order:
+//!
+//! 1. **calibration**: one Cubic flow over a deep buffer (2 BDP), no loss, tail
+//!    drop, on that link's rate and RTT. If it gets less than
+//!    [`CALIBRATION_SHARE`] of the configured rate, every result on that link
+//!    is marked `testbed-limited`: the testbed, not the algorithm, is the
+//!    bottleneck (an emulated CPU that cannot keep up looks like an
+//!    inefficient congestion control otherwise).
+//! 2. **main** runs: each match-up x each repetition.
+//! 3. **baselines** (unless `baselines = false`), once per link and shared by
+//!    every match-up and repetition on it:
+//!    - `solo`: each distinct flow (cc, RTT, duration) alone on the link, the
+//!      `x` of Ware et al.'s harm;
+//!    - `same-cc`: for a match-up mixing algorithms, the same flow layout with
+//!      every flow running β, for each β in it: the β-vs-β run behind
+//!      harm-vs-fairness `m_h`.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::scenario::{Aqm, FlowPlan, LinkSetting, Scenario, FRAME_BYTES};
+use ccctl_core::units::Buffer;
+
+/// Calibration passes when the reference flow gets this share of the rate.
+pub const CALIBRATION_SHARE: f64 = 0.85;
+/// Reference flow length: long enough for Cubic to fill 2 BDP at tens of
+/// Mbit/s and 100 ms, short enough to repeat at every link setting.
+const CALIBRATION_DURATION: Duration = Duration::from_secs(10);
+/// Its warm-up cut (Cubic's slow start is over well before this).
+const CALIBRATION_WARMUP: Duration = Duration::from_secs(2);
+/// Floor of the reference buffer, in full-size packets.
+const CALIBRATION_MIN_PACKETS: u64 = 64;
+/// The reference congestion control: the kernel default everywhere.
+pub const CALIBRATION_CC: &str = "cubic";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobKind {
+    Calibration,
+    Main,
+    Solo,
+    SameCc,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Calibration => "calibration",
+            JobKind::Main => "main",
+            JobKind::Solo => "solo",
+            JobKind::SameCc => "same-cc",
+        }
+    }
+}
+
+/// One testbed run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    /// `run_id` in every output file.
+    pub id: usize,
+    pub kind: JobKind,
+    /// The scenario link setting this job belongs to.
+    pub link_index: usize,
+    /// The link as configured for this job (calibration: 2 BDP, no loss).
+    pub link: LinkSetting,
+    /// Match-up index (main runs and same-cc baselines).
+    pub matchup: Option<usize>,
+    pub repetition: u32,
+    pub flows: Vec<FlowPlan>,
+    pub duration: Duration,
+    pub warmup: Duration,
+}
+
+impl Job {
+    /// Wall time the job occupies the testbed (flows plus setup slack).
+    pub fn expected_secs(&self) -> f64 {
+        self.duration.as_secs_f64() + 3.0 + 0.1 * self.flows.len() as f64
+    }
+}
+
+/// Where each main flow finds its baselines.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Baselines {
+    /// link_index -> calibration job id.
+    pub calibration: BTreeMap<usize, usize>,
+    /// (link_index, flow key) -> solo job id.
+    pub solo: BTreeMap<(usize, String), usize>,
+    /// (link_index, layout key) -> same-cc job id.
+    pub same_cc: BTreeMap<(usize, String), usize>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub jobs: Vec<Job>,
+    pub baselines: Baselines,
+}
+
+/// Identity of a flow for solo reuse: cc, RTT and length.
+pub fn solo_key(f: &FlowPlan) -> String {
+    format!(
+        "{}@{}us/{}ms",
+        f.cc,
+        f.rtt.as_micros(),
+        f.duration.as_millis()
+    )
+}
+
+/// Identity of a flow layout (starts, lengths, RTTs) run entirely with `cc`.
+pub fn same_cc_key(flows: &[FlowPlan], cc: &str) -> String {
+    let parts: Vec<String> = flows
+        .iter()
+        .map(|f| {
+            format!(
+                "{}ms+{}ms@{}us",
+                f.start.as_millis(),
+                f.duration.as_millis(),
+                f.rtt.as_micros()
+            )
+        })
+        .collect();
+    format!("{cc}:[{}]", parts.join(","))
+}
+
+/// Whether a flow set mixes congestion controls (and so has harm baselines).
+pub fn is_mixed(flows: &[FlowPlan]) -> bool {
+    flows.windows(2).any(|w| w[0].cc != w[1].cc)
+}
+
+/// The reference link for calibrating `link`: same rate and RTT, 2 BDP, no
+/// loss, tail drop.
+/// (at least CALIBRATION_MIN_PACKETS, for links with a tiny or zero RTT)
+fn calibration_link(link: &LinkSetting) -> LinkSetting {
+    let buffer = Buffer::Bdp(2.0);
+    LinkSetting {
+        rate: link.rate,
+        rtt: link.rtt,
+        buffer,
+        buffer_bytes: buffer
+            .bytes(link.rate, link.rtt.0, FRAME_BYTES)
+            .max(CALIBRATION_MIN_PACKETS * FRAME_BYTES),
+        loss: 0.0,
+        aqm: Aqm::TailDrop,
+    }
+}
+
+pub fn plan(sc: &Scenario) -> Plan {
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut baselines = Baselines::default();
+    let push = |jobs: &mut Vec<Job>, mut job: Job| -> usize {
+        job.id = jobs.len();
+        jobs.push(job);
+        jobs.len() - 1
+    };
+    for (li, link) in sc.link_settings().into_iter().enumerate() {
+        // The reference depends on rate and RTT only (its buffer is always
+        // 2 BDP): links of a buffer sweep share one.
+        let same_reference = jobs.iter().find(|j: &&Job| {
+            j.kind == JobKind::Calibration && j.link.rate == link.rate && j.link.rtt == link.rtt
+        });
+        if let Some(cal) = same_reference {
+            baselines.calibration.insert(li, cal.id);
+        } else {
+            let duration = CALIBRATION_DURATION.min(sc.duration.0);
+            let cal = Job {
+                id: 0,
+                kind: JobKind::Calibration,
+                link_index: li,
+                link: calibration_link(&link),
+                matchup: None,
+                repetition: 0,
+                flows: vec![FlowPlan {
+                    cc: CALIBRATION_CC.into(),
+                    start: Duration::ZERO,
+                    duration,
+                    rtt: link.rtt.0,
+                }],
+                duration,
+                warmup: CALIBRATION_WARMUP.min(sc.warmup.0).min(duration / 3),
+            };
+            let id = push(&mut jobs, cal);
+            baselines.calibration.insert(li, id);
+        }
+
+        let mut wanted_solo: Vec<FlowPlan> = Vec::new();
+        let mut wanted_same: Vec<(usize, Vec<FlowPlan>)> = Vec::new();
+        for (m, groups) in sc.matchups().into_iter().enumerate() {
+            let flows = sc.flow_plans(groups, &link);
+            for rep in 0..sc.repetitions {
+                push(
+                    &mut jobs,
+                    Job {
+                        id: 0,
+                        kind: JobKind::Main,
+                        link_index: li,
+                        link: link.clone(),
+                        matchup: Some(m),
+                        repetition: rep,
+                        flows: flows.clone(),
+                        duration: sc.duration.0,
+                        warmup: sc.warmup.0,
+                    },
+                );
+            }
+            if !sc.baselines {
+                continue;
+            }
+            for f in &flows {
+                if !wanted_solo.iter().any(|w| solo_key(w) == solo_key(f)) {
+                    wanted_solo.push(f.clone());
+                }
+            }
+            if is_mixed(&flows) {
+                let mut ccs: Vec<&str> = flows.iter().map(|f| f.cc.as_str()).collect();
+                ccs.dedup();
+                ccs.sort_unstable();
+                ccs.dedup();
+                for cc in ccs {
+                    let same: Vec<FlowPlan> = flows
+                        .iter()
+                        .map(|f| FlowPlan {
+                            cc: cc.to_string(),
+                            ..f.clone()
+                        })
+                        .collect();
+                    if !wanted_same
+                        .iter()
+                        .any(|(_, w)| same_cc_key(w, &w[0].cc) == same_cc_key(&same, cc))
+                    {
+                        wanted_same.push((m, same));
+                    }
+                }
+            }
+        }
+        for f in wanted_solo {
+            let key = solo_key(&f);
+            let job = Job {
+                id: 0,
+                kind: JobKind::Solo,
+                link_index: li,
+                link: link.clone(),
+                matchup: None,
+                repetition: 0,
+                duration: f.duration,
+                warmup: sc.warmup.0.min(f.duration / 2),
+                flows: vec![FlowPlan {
+                    start: Duration::ZERO,
+                    ..f
+                }],
+            };
+            let id = push(&mut jobs, job);
+            baselines.solo.insert((li, key), id);
+        }
+        for (m, flows) in wanted_same {
+            let key = same_cc_key(&flows, &flows[0].cc);
+            let job = Job {
+                id: 0,
+                kind: JobKind::SameCc,
+                link_index: li,
+                link: link.clone(),
+                matchup: Some(m),
+                repetition: 0,
+                flows,
+                duration: sc.duration.0,
+                warmup: sc.warmup.0,
+            };
+            let id = push(&mut jobs, job);
+            baselines.same_cc.insert((li, key), id);
+        }
+    }
+    Plan { jobs, baselines }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(extra: &str) -> Scenario {
+        Scenario::from_toml(&format!(
+            "name = \"t\"\nduration = \"20s\"\n{extra}\n[link]\nrate = \"20mbit\"\nrtt = \"40ms\"\nbuffer = \"1bdp\"\n"
+        ))
+        .expect("valid scenario")
+    }
+
+    #[test]
+    fn baselines_are_planned_once_per_link_and_shared() {
+        let sc = scenario(
+            "repetitions = 2\n[sweep]\nflows = [\"cubic:1, reno:1\", \"bbr:1, cubic:1\"]\nbuffer = [\"0.5bdp\", \"2bdp\"]",
+        );
+        let p = plan(&sc);
+        let count = |k: JobKind| p.jobs.iter().filter(|j| j.kind == k).count();
+        assert_eq!(
+            count(JobKind::Calibration),
+            1,
+            "buffers share the rate x RTT reference"
+        );
+        assert_eq!(p.baselines.calibration[&0], p.baselines.calibration[&1]);
+        assert_eq!(count(JobKind::Main), 2 * 2 * 2);
+        // Solo cubic is shared by both match-ups: cubic, reno, bbr per link.
+        assert_eq!(count(JobKind::Solo), 2 * 3);
+        // same-cc: cubic x2 layout shared; reno x2, bbr x2 -> 3 per link.
+        assert_eq!(count(JobKind::SameCc), 2 * 3);
+        let same: Vec<&str> = p
+            .jobs
+            .iter()
+            .filter(|j| j.kind == JobKind::SameCc && j.link_index == 0)
+            .map(|j| j.flows[0].cc.as_str())
+            .collect();
+        assert_eq!(same, ["cubic", "reno", "bbr"]);
+        assert!(p.jobs.iter().enumerate().all(|(i, j)| j.id == i));
+        let cal = &p.jobs[p.baselines.calibration[&1]];
+        assert_eq!(cal.link.buffer, Buffer::Bdp(2.0));
+        assert_eq!(cal.link.buffer_bytes, 200_000, "2 x 20 Mbit/s x 40 ms");
+        assert_eq!(cal.duration, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn homogeneous_runs_need_no_same_cc_baseline_and_can_skip_all() {
+        let p = plan(&scenario("flows = \"cubic:2\""));
+        assert_eq!(
+            p.jobs.iter().filter(|j| j.kind == JobKind::SameCc).count(),
+            0
+        );
+        assert_eq!(p.jobs.iter().filter(|j| j.kind == JobKind::Solo).count(), 1);
+        let p = plan(&scenario("flows = \"cubic:1, bbr:1\"\nbaselines = false"));
+        let kinds: Vec<JobKind> = p.jobs.iter().map(|j| j.kind).collect();
+        assert_eq!(kinds, [JobKind::Calibration, JobKind::Main]);
+    }
+
+    #[test]
+    fn late_flows_get_their_own_solo_length() {
+        let p = plan(&scenario(
+            "[[flows]]\ncc = \"cubic\"\n[[flows]]\ncc = \"bbr\"\nstart = \"5s\"\nrtt = \"80ms\"",
+        ));
+        let solo: Vec<&Job> = p.jobs.iter().filter(|j| j.kind == JobKind::Solo).collect();
+        assert_eq!(solo.len(), 2);
+        assert_eq!(solo[1].flows[0].start, Duration::ZERO);
+        assert_eq!(solo[1].duration, Duration::from_secs(15));
+        assert_eq!(solo[1].flows[0].rtt, Duration::from_millis(80));
+    }
+}

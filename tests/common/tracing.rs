@@ -17,15 +17,7 @@ use super::{ccctl, ccctl_bin, ccctl_env, registered, tempdir, Spawned};
 /// Python with pyarrow (installed by `cargo xtask setup`).
 const PYTHON: &str = "/opt/ccctl/venv/bin/python3";
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use ccctl_sys::time::monotonic_ns;
 
 /// `ccctl trace <args> --out <path>` in the background.
 pub fn spawn_trace(args: &[&str], out: &Path) -> Spawned {
@@ -44,8 +36,7 @@ pub fn spawn_trace(args: &[&str], out: &Path) -> Spawned {
 /// SIGINT, then the exit status and stderr.
 pub fn interrupt(child: Spawned) -> (i32, String) {
     let child = child.take();
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    ccctl_sys::signals::kill(child.id(), rustix::process::Signal::INT);
     let out = child.wait_with_output().expect("waiting for the child");
     (
         out.status.code().unwrap_or(-1),
@@ -381,10 +372,9 @@ pub fn daemon_reloads_live_and_cleans_up() {
     std::thread::sleep(Duration::from_secs(5));
     fs::write(&cfg, daemon_config(&dir, 1.0)).expect("new config");
     let t_hup = monotonic_ns();
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGHUP) };
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::HUP);
     let results = running.wait().expect("flow");
-    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::TERM);
     let out = daemon.take().wait_with_output().expect("daemon exit");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "daemon: {stderr}");

@@ -394,8 +394,7 @@ mod lab {
         let mut child = lab_spawn(&out, INTERRUPTIBLE);
         wait_until_flows_run(&child, Some("bpf_bbr"));
         let pid = child.id();
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+        ccctl_sys::signals::kill(pid, rustix::process::Signal::INT);
         let status = child.wait().expect("wait");
         assert_eq!(status.code(), Some(130), "exit status {status}");
         assert_nothing_left(pid, "bpf_bbr", "bbr");

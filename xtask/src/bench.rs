@@ -278,8 +278,8 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                         .context("starting ccctl trace")?;
                     std::thread::sleep(Duration::from_millis(500));
                     let r = f();
-                    // SAFETY: SIGINT to our own child: it flushes and reports.
-                    unsafe { libc::kill(tracer.id() as libc::pid_t, libc::SIGINT) };
+                    // SIGINT to our own child: it flushes and reports.
+                    ccctl_sys::signals::kill(tracer.id(), rustix::process::Signal::INT);
                     let o = tracer
                         .wait_with_output()
                         .context("waiting for ccctl trace")?;

@@ -4,47 +4,38 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use rustix::process::{Pid, Signal};
 
 /// Exit code used when xtask was interrupted (SIGINT/SIGTERM/SIGHUP).
 pub const EXIT_INTERRUPTED: i32 = 130;
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 const SLOTS: usize = 16;
 static GROUPS: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
 
-extern "C" fn on_signal(_sig: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-    for slot in &GROUPS {
-        let pgid = slot.load(Ordering::SeqCst);
-        if pgid > 0 {
-            // kill() is async-signal-safe.
-            unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        }
-    }
-}
-
-/// Catch SIGINT/SIGTERM/SIGHUP: they terminate every registered process
-/// group and let xtask unwind normally so that `Drop` guards clean up
-/// (qemu, iperf3, network namespaces).
+/// SIGINT/SIGTERM/SIGHUP (ccctl-sys's signal policy) terminate every
+/// registered process group and let xtask unwind normally so that `Drop`
+/// guards clean up (qemu, iperf3, network namespaces).
 pub fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
+    let res = ccctl_sys::signals::on_ending(|_| {
+        for slot in &GROUPS {
+            let pgid = slot.load(Ordering::SeqCst);
+            if pgid > 0 {
+                ccctl_sys::signals::kill_group(pgid, rustix::process::Signal::TERM);
+            }
         }
+    });
+    if let Err(e) = res {
+        eprintln!("xtask: cannot watch signals: {e}");
     }
 }
 
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    ccctl_sys::signals::received().is_some()
 }
 
 pub fn bail_if_interrupted() -> Result<()> {
@@ -84,7 +75,7 @@ impl Group {
             name,
         };
         if interrupted() {
-            group.signal(libc::SIGTERM);
+            group.signal(Some(Signal::TERM));
         }
         Ok(group)
     }
@@ -93,8 +84,15 @@ impl Group {
         &mut self.child
     }
 
-    fn signal(&self, sig: libc::c_int) -> bool {
-        unsafe { libc::kill(-self.pgid, sig) == 0 }
+    /// Sends `sig` to the group (`None`: only checks that it still exists).
+    fn signal(&self, sig: Option<Signal>) -> bool {
+        let Some(pgid) = Pid::from_raw(self.pgid) else {
+            return false;
+        };
+        match sig {
+            Some(sig) => rustix::process::kill_process_group(pgid, sig).is_ok(),
+            None => rustix::process::test_kill_process_group(pgid).is_ok(),
+        }
     }
 
     /// Wait for the group leader; on timeout the group is killed and an
@@ -125,16 +123,16 @@ impl Group {
 
     /// Terminate every process of the group: SIGTERM, up to 3 s grace, SIGKILL.
     pub fn terminate(&mut self) {
-        if self.signal(libc::SIGTERM) {
+        if self.signal(Some(Signal::TERM)) {
             let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline {
                 let _ = self.child.try_wait();
-                if !self.signal(0) {
+                if !self.signal(None) {
                     break;
                 }
                 thread::sleep(Duration::from_millis(50));
             }
-            self.signal(libc::SIGKILL);
+            self.signal(Some(Signal::KILL));
         }
         let _ = self.child.wait();
     }

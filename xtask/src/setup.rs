@@ -158,7 +158,7 @@ pub fn main(check_only: bool) -> Result<i32> {
         println!("xtask setup: nothing to do, everything is installed");
         return Ok(0);
     }
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         m.report();
         bail!("setup installs system packages and {VENV}: run it as root");
     }

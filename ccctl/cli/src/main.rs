@@ -7,9 +7,7 @@ mod logging;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    // Like other CLI tools: `ccctl ... | head` ends quietly on a closed pipe.
-    // SAFETY: restoring the default disposition before any thread exists.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    ccctl_sys::signals::die_quietly_on_sigpipe();
     let cli = cli::Cli::parse();
     logging::init(cli.verbose);
     match cli::run(cli) {

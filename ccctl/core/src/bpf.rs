@@ -1,6 +1,7 @@
 //! libbpf skeletons of `bpf/*.bpf.c`, compiled by build.rs and embedded here.
 #![allow(
     clippy::all,
+    clippy::undocumented_unsafe_blocks,
     non_camel_case_types,
     non_snake_case,
     dead_code,

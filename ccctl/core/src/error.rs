@@ -89,3 +89,12 @@ pub(crate) fn bpf(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> E
     let what = what.into();
     move |source| Error::Bpf { what, source }
 }
+
+impl From<crate::abi::MapError> for Error {
+    fn from(e: crate::abi::MapError) -> Error {
+        Error::Bpf {
+            what: format!("{} {}", e.what, e.path.display()),
+            source: e.source,
+        }
+    }
+}

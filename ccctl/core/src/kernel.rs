@@ -170,50 +170,23 @@ pub fn check_privileges() -> Result<()> {
     }
 }
 
-/// The effective capability set of this process (capget(2), version 3).
+/// The effective capability set of this process (capget(2)); empty if it
+/// cannot be read.
 fn effective_caps() -> u64 {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Default, Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut header = Header {
-        version: 0x2008_0522,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: capget writes two Data entries for _LINUX_CAPABILITY_VERSION_3.
-    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
-    if rc != 0 {
-        return 0;
-    }
-    (data[0].effective as u64) | ((data[1].effective as u64) << 32)
+    rustix::thread::capabilities(None).map_or(0, |c| c.effective.bits())
 }
 
 /// bpffs must be mounted at `root` for pins to outlive the process.
 pub fn check_bpffs(root: &Path) -> Result<()> {
     const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-    let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(|_| {
-        Error::BpffsNotMounted {
+    // f_type is i64 on x86_64 but narrower on other architectures.
+    #[allow(clippy::unnecessary_cast)]
+    match rustix::fs::statfs(root) {
+        Ok(st) if st.f_type as i64 == BPF_FS_MAGIC => Ok(()),
+        _ => Err(Error::BpffsNotMounted {
             path: root.to_path_buf(),
-        }
-    })?;
-    // SAFETY: statfs fills the struct we pass for a NUL-terminated path.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    if rc != 0 || st.f_type as i64 != BPF_FS_MAGIC {
-        return Err(Error::BpffsNotMounted {
-            path: root.to_path_buf(),
-        });
+        }),
     }
-    Ok(())
 }
 
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";

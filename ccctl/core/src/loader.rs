@@ -30,7 +30,7 @@ use libbpf_rs::{
 use serde::Serialize;
 
 use crate::{
-    abi,
+    abi::{self, PinnedMap, Plain},
     algos::{self, Algorithm},
     error::{bpf, io, Error, Result},
     kernel::{self, Kernel},
@@ -159,7 +159,7 @@ pub enum UnloadOutcome {
 pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
     let kernel = preflight()?;
     let dir = pin_dir(algo);
-    let _signals = SignalsDeferred::new();
+    let _signals = ccctl_sys::signals::Deferred::new();
 
     if kernel::is_registered(algo.kernel_name)? {
         if !has_registration_pin(&dir) {
@@ -232,7 +232,7 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
 pub fn unload(algo: &Algorithm) -> Result<UnloadOutcome> {
     kernel::check_privileges()?;
     let dir = pin_dir(algo);
-    let _signals = SignalsDeferred::new();
+    let _signals = ccctl_sys::signals::Deferred::new();
 
     if !dir.exists() {
         if kernel::is_registered(algo.kernel_name)? {
@@ -345,11 +345,7 @@ where
     // The initial parameters go in before registration: no flow can pick the
     // algorithm before they are in force.
     maps[params_idx]
-        .update(
-            &0u32.to_ne_bytes(),
-            params_bytes(&plan.params),
-            MapFlags::ANY,
-        )
+        .update(&0u32.to_ne_bytes(), plan.params.as_bytes(), MapFlags::ANY)
         .map_err(bpf("writing the initial parameters"))?;
     // Registration happens here; until `disconnect` below, dropping `link`
     // unregisters again, so every early return leaves the kernel as it was.
@@ -458,70 +454,22 @@ fn wait_unregistered(kernel_name: &str) -> Result<()> {
 }
 
 fn read_meta(dir: &Path) -> Result<abi::ccctl_meta> {
-    let path = dir.join(MAP_META);
-    let map =
-        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
-    let bytes = map
-        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .map_err(bpf("reading the meta map"))?
-        .unwrap_or_default();
-    if bytes.len() < std::mem::size_of::<abi::ccctl_meta>() {
-        return Ok(abi::ccctl_meta::default());
-    }
-    // SAFETY: ccctl_meta is plain old data generated from the ABI header and
-    // the map's value size is that struct's size.
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<abi::ccctl_meta>()) })
+    Ok(PinnedMap::<abi::ccctl_meta>::open(&dir.join(MAP_META))?.get()?)
 }
 
 /// The parameters in force for the algorithm pinned at `dir`.
 pub fn read_params(dir: &Path) -> Result<abi::ccctl_params> {
-    let path = dir.join(MAP_PARAMS);
-    let map =
-        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
-    let bytes = map
-        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-        .map_err(bpf("reading the params map"))?
-        .unwrap_or_default();
-    if bytes.len() < std::mem::size_of::<abi::ccctl_params>() {
-        return Ok(abi::ccctl_params::default());
-    }
-    // SAFETY: ccctl_params is plain old data generated from the ABI header.
-    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<abi::ccctl_params>()) })
+    Ok(PinnedMap::<abi::ccctl_params>::open(&dir.join(MAP_PARAMS))?.get()?)
 }
 
 /// Replaces the whole parameter set at once (one map update: flows see the
 /// old set or the new one, never a mix). The caller bumps `version`.
 pub fn write_params(dir: &Path, p: &abi::ccctl_params) -> Result<()> {
-    let path = dir.join(MAP_PARAMS);
-    let map =
-        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
-    map.update(&0u32.to_ne_bytes(), params_bytes(p), MapFlags::ANY)
-        .map_err(bpf("writing the params map"))
-}
-
-fn params_bytes(p: &abi::ccctl_params) -> &[u8] {
-    // SAFETY: plain old data of u32 fields, no padding.
-    unsafe {
-        std::slice::from_raw_parts(
-            (p as *const abi::ccctl_params).cast::<u8>(),
-            std::mem::size_of::<abi::ccctl_params>(),
-        )
-    }
+    Ok(PinnedMap::<abi::ccctl_params>::open(&dir.join(MAP_PARAMS))?.set(p)?)
 }
 
 fn write_meta(dir: &Path, meta: &abi::ccctl_meta) -> Result<()> {
-    let path = dir.join(MAP_META);
-    let map =
-        MapHandle::from_pinned_path(&path).map_err(bpf(format!("opening {}", path.display())))?;
-    // SAFETY: plain old data without implicit padding (see the ABI header).
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (meta as *const abi::ccctl_meta).cast::<u8>(),
-            std::mem::size_of::<abi::ccctl_meta>(),
-        )
-    };
-    map.update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
-        .map_err(bpf("writing the meta map"))
+    Ok(PinnedMap::<abi::ccctl_meta>::open(&dir.join(MAP_META))?.set(meta)?)
 }
 
 fn name_to_c(name: &str) -> [libc::c_char; abi::CCCTL_CA_NAME_MAX as usize] {
@@ -693,39 +641,6 @@ fn verifier_tail(log: &[String], n: usize) -> Option<String> {
     }
     out.extend(body[skip..].iter().map(|l| format!("  {}", l.trim_end())));
     Some(out.join("\n"))
-}
-
-// ---- signals ------------------------------------------------------------------
-
-/// Holds SIGINT/SIGTERM/SIGHUP while registration state changes, so Ctrl-C
-/// lands before or after a load or unload, never halfway through one.
-struct SignalsDeferred {
-    old: libc::sigset_t,
-}
-
-impl SignalsDeferred {
-    fn new() -> Self {
-        // SAFETY: plain sigset manipulation on this thread's mask.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGHUP);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            SignalsDeferred { old }
-        }
-    }
-}
-
-impl Drop for SignalsDeferred {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `new`.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
-        }
-    }
 }
 
 #[cfg(test)]

@@ -361,28 +361,19 @@ fn read_loaded(algo: &Algorithm) -> Result<abi::ccctl_params> {
 /// Held microseconds; released by the kernel when dropped or on exit.
 const WRITE_LOCK: &str = "/run/ccctl/params.lock";
 
-struct WriteLock(#[allow(dead_code)] std::fs::File);
-
-fn write_lock() -> Result<WriteLock> {
-    use std::os::fd::AsRawFd;
-    let path = Path::new(WRITE_LOCK);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(crate::error::io(format!("creating {}", dir.display())))?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(crate::error::io(format!("opening {WRITE_LOCK}")))?;
-    // SAFETY: flock on a descriptor we own; blocking, the holder is quick.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(crate::error::io(format!("locking {WRITE_LOCK}"))(
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(WriteLock(file))
+fn write_lock() -> Result<ccctl_sys::lock::PidLock> {
+    use ccctl_sys::lock::{LockError, PidLock, Wait};
+    PidLock::acquire(Path::new(WRITE_LOCK), Wait::Yes).map_err(|e| match e {
+        LockError::Io { what, path, source } => Error::Io {
+            what: format!("{what} {}", path.display()),
+            source,
+        },
+        // Only non-blocking attempts are refused.
+        LockError::Busy { .. } => Error::Io {
+            what: format!("locking {WRITE_LOCK}"),
+            source: std::io::Error::from(std::io::ErrorKind::WouldBlock),
+        },
+    })
 }
 
 /// A write: the set before and the set written.

@@ -190,6 +190,38 @@ serde_via_str!(Rate);
 serde_via_str!(Span);
 serde_via_str!(Buffer);
 
+/// A Unix time in UTC as `YYYY<d>MM<d>DD<sep>hh<t>mm<t>ss<end>`
+/// (`-`, ` `, `:`, `` for display; ``, `T`, ``, `Z` for file names).
+pub fn utc(unix_s: u64, d: &str, sep: &str, t: &str, end: &str) -> String {
+    let (year, month, day) = civil_date(unix_s / 86_400);
+    let secs = unix_s % 86_400;
+    format!(
+        "{year:04}{d}{month:02}{d}{day:02}{sep}{:02}{t}{:02}{t}{:02}{end}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` days after 1970-01-01. Counted in
+/// 400-year eras (146,097 days each) of years starting on 1 March, so the
+/// leap day is the last day of a year and needs no special case.
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    // 719,468 days from 0000-03-01 to 1970-01-01.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    // Months counted from March: 0 = March .. 11 = February.
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,24 +300,16 @@ mod tests {
             assert_eq!(shown.as_deref(), Ok(s));
         }
     }
-}
 
-/// A Unix time in UTC as `YYYY<d>MM<d>DD<sep>hh<t>mm<t>ss<end>`
-/// (`-`, ` `, `:`, `` for display; ``, `T`, ``, `Z` for file names).
-pub fn utc(unix_s: u64, d: &str, sep: &str, t: &str, end: &str) -> String {
-    let secs = unix_s as libc::time_t;
-    // SAFETY: gmtime_r fills the tm we own.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    if unsafe { libc::gmtime_r(&secs, &mut tm) }.is_null() {
-        return unix_s.to_string();
+    #[test]
+    fn utc_matches_known_dates() {
+        assert_eq!(utc(0, "-", " ", ":", ""), "1970-01-01 00:00:00");
+        // 2000-02-29 (a leap day in a century year divisible by 400).
+        assert_eq!(utc(951_782_400, "-", " ", ":", ""), "2000-02-29 00:00:00");
+        assert_eq!(utc(951_868_799, "-", " ", ":", ""), "2000-02-29 23:59:59");
+        assert_eq!(utc(951_955_199, "-", " ", ":", ""), "2000-03-01 23:59:59");
+        // 2026-11-24 04:42:10.
+        assert_eq!(utc(1_795_495_330, "", "T", "", "Z"), "20261124T044210Z");
+        assert_eq!(utc(4_102_444_800, "-", " ", ":", ""), "2100-01-01 00:00:00");
     }
-    format!(
-        "{:04}{d}{:02}{d}{:02}{sep}{:02}{t}{:02}{t}{:02}{end}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
 }

@@ -85,8 +85,9 @@ mod tests {
     }
 
     fn cpu_seconds() -> f64 {
-        // SAFETY: getrusage fills the struct we pass.
+        // SAFETY: rusage is plain integers, so all-zero is a valid value.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage fills the struct we pass and keeps no pointer.
         unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
         let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
         tv(ru.ru_utime) + tv(ru.ru_stime)

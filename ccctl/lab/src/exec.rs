@@ -8,7 +8,7 @@
 //! (the control connection to the same port is dropped).
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::diag::{DiagSocket, TcpInfo};
 use crate::iperf::{self, FlowResult, FlowSpec};
@@ -88,16 +88,9 @@ pub fn testbed_config(job: &Job) -> TestbedConfig {
     })
 }
 
-fn now_unix() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 /// Runs `job`; `kernel_cc` maps scenario names to `iperf3 -C` names.
 pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRecord, LabError> {
-    let started_unix = now_unix();
+    let started_unix = ccctl_core::sys::time::now_unix_f64();
     let wall = Instant::now();
     let cfg = testbed_config(job);
     let tb = Testbed::new(cfg)?;

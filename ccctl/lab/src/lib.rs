@@ -35,7 +35,10 @@ pub use ccctl_vm as vm;
 pub mod analyze;
 pub(crate) mod ccs;
 pub mod exec;
-pub mod interrupt;
+/// Ctrl-C for the lab: SIGINT, SIGTERM and SIGHUP are recorded; the lab notices
+/// at its next 100 ms tick, stops its flows, tears down the testbed, unloads
+/// what it loaded and exits (ccctl-sys's signal policy).
+pub use ccctl_core::sys::signals as interrupt;
 pub mod output;
 pub mod plan;
 mod progress;
@@ -122,7 +125,7 @@ fn in_vm() -> bool {
 }
 
 pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
-    interrupt::install();
+    interrupt::record_ending();
     ccctl_core::kernel::check_privileges().map_err(LabError::Load)?;
     let where_ = match opts.where_ {
         Where::Auto if in_vm() => Where::Host,

@@ -113,13 +113,6 @@ fn read_trim(path: &str) -> String {
         .unwrap_or_default()
 }
 
-fn now_unix() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 impl Metadata {
     pub fn new(sc: &Scenario, ran_on: &str, plan: &Plan) -> Metadata {
         let iperf3 = std::process::Command::new("iperf3")
@@ -169,7 +162,7 @@ impl Metadata {
                 .into(),
             calibration_share: CALIBRATION_SHARE,
             planned_runs: plan.jobs.len(),
-            started_unix: now_unix(),
+            started_unix: ccctl_core::sys::time::now_unix_f64(),
             finished_unix: None,
             status: "running".into(),
             loaded_for_run: Vec::new(),
@@ -179,7 +172,7 @@ impl Metadata {
     }
 
     pub fn finish(&mut self, records: &[JobRecord], failure: Option<&LabError>) {
-        self.finished_unix = Some(now_unix());
+        self.finished_unix = Some(ccctl_core::sys::time::now_unix_f64());
         self.status = match failure {
             None => "complete".into(),
             Some(e @ LabError::Interrupted(_)) => format!("interrupted: {e}"),

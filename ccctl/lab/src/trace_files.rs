@@ -749,6 +749,135 @@ impl Sink for CsvSink {
     }
 }
 
+/// Parquet files that rotate by size or age: `<dir>/<prefix>-<UTC>-<n>.parquet`.
+/// Each file is complete on its own (footer, `ccctl.events_written`) and
+/// records the events dropped while it was the current file, read through
+/// `drops` (the session's cumulative count since it started).
+pub struct RotatingParquetSink {
+    dir: std::path::PathBuf,
+    prefix: String,
+    max_bytes: u64,
+    max_age: std::time::Duration,
+    meta: Box<dyn Fn() -> TraceMeta + Send>,
+    drops: Box<dyn Fn() -> u64 + Send>,
+    current: Option<(Box<ParquetSink>, std::path::PathBuf, std::time::Instant)>,
+    seq: u32,
+    /// Drops counted when the current file was opened.
+    drops_at_open: u64,
+    /// Events in files already closed.
+    closed_written: u64,
+    /// Files closed so far.
+    pub files: Vec<std::path::PathBuf>,
+}
+
+/// How often (in events) the current file's size is looked at.
+const ROTATE_CHECK_EVENTS: u64 = 4096;
+
+impl RotatingParquetSink {
+    pub fn new(
+        dir: &Path,
+        prefix: &str,
+        max_bytes: u64,
+        max_age: std::time::Duration,
+        meta: Box<dyn Fn() -> TraceMeta + Send>,
+        drops: Box<dyn Fn() -> u64 + Send>,
+    ) -> Result<RotatingParquetSink> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut s = RotatingParquetSink {
+            dir: dir.to_path_buf(),
+            prefix: prefix.to_string(),
+            max_bytes,
+            max_age,
+            meta,
+            drops,
+            current: None,
+            seq: 0,
+            drops_at_open: 0,
+            closed_written: 0,
+            files: Vec::new(),
+        };
+        s.open()?;
+        Ok(s)
+    }
+
+    fn open(&mut self) -> Result<()> {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let path = self
+            .dir
+            .join(format!("{}-{secs}-{:04}.parquet", self.prefix, self.seq));
+        self.seq += 1;
+        let sink = ParquetSink::create(&path, (self.meta)())?;
+        self.drops_at_open = (self.drops)();
+        self.current = Some((Box::new(sink), path, std::time::Instant::now()));
+        Ok(())
+    }
+
+    fn close_current(&mut self) -> Result<()> {
+        if let Some((sink, path, _)) = self.current.take() {
+            let dropped = (self.drops)().saturating_sub(self.drops_at_open);
+            self.closed_written += sink.finish(dropped)?;
+            tracing::info!(file = %path.display(), "trace file closed");
+            self.files.push(path);
+        }
+        Ok(())
+    }
+
+    /// Rotate now if the current file is too old or too big.
+    pub fn maybe_rotate(&mut self) -> Result<()> {
+        let due = match &self.current {
+            Some((sink, path, opened)) => {
+                opened.elapsed() >= self.max_age
+                    || (sink.written() > 0
+                        && std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) >= self.max_bytes)
+            }
+            None => true,
+        };
+        if due {
+            self.close_current()?;
+            self.open()?;
+        }
+        Ok(())
+    }
+}
+
+impl Sink for RotatingParquetSink {
+    fn push(&mut self, ev: &ccctl_event) -> Result<()> {
+        let Some((sink, _, _)) = self.current.as_mut() else {
+            anyhow::bail!("no current trace file");
+        };
+        sink.push(ev)?;
+        if sink.written() % ROTATE_CHECK_EVENTS == 0 {
+            self.maybe_rotate()?;
+        }
+        Ok(())
+    }
+
+    fn destination(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn written(&self) -> u64 {
+        self.closed_written
+            + self
+                .current
+                .as_ref()
+                .map(|(s, _, _)| s.written())
+                .unwrap_or(0)
+    }
+
+    fn finish(mut self: Box<Self>, _dropped: u64) -> Result<u64> {
+        self.close_current()?;
+        Ok(self.closed_written)
+    }
+
+    fn tick(&mut self) -> Result<()> {
+        self.maybe_rotate()
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -921,134 +1050,5 @@ pub(crate) mod tests {
     /// A fresh directory under the target's temp dir (no tempfile crate here).
     pub(crate) fn tempdir() -> PathBuf {
         ccctl_core::sys::scratch_dir("trace-test").expect("temporary directory")
-    }
-}
-
-/// Parquet files that rotate by size or age: `<dir>/<prefix>-<UTC>-<n>.parquet`.
-/// Each file is complete on its own (footer, `ccctl.events_written`) and
-/// records the events dropped while it was the current file, read through
-/// `drops` (the session's cumulative count since it started).
-pub struct RotatingParquetSink {
-    dir: std::path::PathBuf,
-    prefix: String,
-    max_bytes: u64,
-    max_age: std::time::Duration,
-    meta: Box<dyn Fn() -> TraceMeta + Send>,
-    drops: Box<dyn Fn() -> u64 + Send>,
-    current: Option<(Box<ParquetSink>, std::path::PathBuf, std::time::Instant)>,
-    seq: u32,
-    /// Drops counted when the current file was opened.
-    drops_at_open: u64,
-    /// Events in files already closed.
-    closed_written: u64,
-    /// Files closed so far.
-    pub files: Vec<std::path::PathBuf>,
-}
-
-/// How often (in events) the current file's size is looked at.
-const ROTATE_CHECK_EVENTS: u64 = 4096;
-
-impl RotatingParquetSink {
-    pub fn new(
-        dir: &Path,
-        prefix: &str,
-        max_bytes: u64,
-        max_age: std::time::Duration,
-        meta: Box<dyn Fn() -> TraceMeta + Send>,
-        drops: Box<dyn Fn() -> u64 + Send>,
-    ) -> Result<RotatingParquetSink> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut s = RotatingParquetSink {
-            dir: dir.to_path_buf(),
-            prefix: prefix.to_string(),
-            max_bytes,
-            max_age,
-            meta,
-            drops,
-            current: None,
-            seq: 0,
-            drops_at_open: 0,
-            closed_written: 0,
-            files: Vec::new(),
-        };
-        s.open()?;
-        Ok(s)
-    }
-
-    fn open(&mut self) -> Result<()> {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let path = self
-            .dir
-            .join(format!("{}-{secs}-{:04}.parquet", self.prefix, self.seq));
-        self.seq += 1;
-        let sink = ParquetSink::create(&path, (self.meta)())?;
-        self.drops_at_open = (self.drops)();
-        self.current = Some((Box::new(sink), path, std::time::Instant::now()));
-        Ok(())
-    }
-
-    fn close_current(&mut self) -> Result<()> {
-        if let Some((sink, path, _)) = self.current.take() {
-            let dropped = (self.drops)().saturating_sub(self.drops_at_open);
-            self.closed_written += sink.finish(dropped)?;
-            tracing::info!(file = %path.display(), "trace file closed");
-            self.files.push(path);
-        }
-        Ok(())
-    }
-
-    /// Rotate now if the current file is too old or too big.
-    pub fn maybe_rotate(&mut self) -> Result<()> {
-        let due = match &self.current {
-            Some((sink, path, opened)) => {
-                opened.elapsed() >= self.max_age
-                    || (sink.written() > 0
-                        && std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) >= self.max_bytes)
-            }
-            None => true,
-        };
-        if due {
-            self.close_current()?;
-            self.open()?;
-        }
-        Ok(())
-    }
-}
-
-impl Sink for RotatingParquetSink {
-    fn push(&mut self, ev: &ccctl_event) -> Result<()> {
-        let Some((sink, _, _)) = self.current.as_mut() else {
-            anyhow::bail!("no current trace file");
-        };
-        sink.push(ev)?;
-        if sink.written() % ROTATE_CHECK_EVENTS == 0 {
-            self.maybe_rotate()?;
-        }
-        Ok(())
-    }
-
-    fn destination(&self) -> String {
-        self.dir.display().to_string()
-    }
-
-    fn written(&self) -> u64 {
-        self.closed_written
-            + self
-                .current
-                .as_ref()
-                .map(|(s, _, _)| s.written())
-                .unwrap_or(0)
-    }
-
-    fn finish(mut self: Box<Self>, _dropped: u64) -> Result<u64> {
-        self.close_current()?;
-        Ok(self.closed_written)
-    }
-
-    fn tick(&mut self) -> Result<()> {
-        self.maybe_rotate()
     }
 }

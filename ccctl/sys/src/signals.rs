@@ -65,6 +65,36 @@ pub fn sleep(d: std::time::Duration) {
     }
 }
 
+/// Calls `f` with each ending signal, on a watcher thread (so `f` may do
+/// anything: kill process groups, tear down namespaces). Also records them
+/// ([`record_ending`]).
+pub fn on_ending(f: impl Fn(i32) + Send + 'static) -> std::io::Result<()> {
+    record_ending();
+    let mut signals = signal_hook::iterator::Signals::new(ENDING)?;
+    std::thread::Builder::new()
+        .name("ccctl-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                f(sig);
+            }
+        })?;
+    Ok(())
+}
+
+/// Sends `sig` to the process group `pgid` (ignoring one that is gone).
+pub fn kill_group(pgid: i32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pgid) {
+        let _ = rustix::process::kill_process_group(pid, sig);
+    }
+}
+
+/// Sends `sig` to the process `pid` (ignoring one that is gone).
+pub fn kill(pid: u32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
+
 /// A flag set whenever `sig` arrives (the daemon's SIGHUP and SIGTERM).
 pub fn flag(sig: i32) -> std::io::Result<Arc<AtomicBool>> {
     let f = Arc::new(AtomicBool::new(false));

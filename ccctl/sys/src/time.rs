@@ -22,6 +22,11 @@ pub fn now_unix() -> u64 {
     since_epoch().as_secs()
 }
 
+/// Seconds since the Unix epoch, with the fraction (metadata timestamps).
+pub fn now_unix_f64() -> f64 {
+    since_epoch().as_secs_f64()
+}
+
 /// Nanoseconds since the Unix epoch.
 pub fn now_unix_ns() -> u128 {
     since_epoch().as_nanos()

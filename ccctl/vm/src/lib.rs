@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use rustix::process::Signal;
 
 /// Where `cargo xtask setup` installs virtme-ng.
 pub const VENV: &str = "/opt/ccctl/venv";
@@ -213,13 +214,11 @@ pub fn run(spec: &GuestRun, script_dir: &Path, stop: impl Fn() -> bool) -> Resul
         if stop() {
             match term_sent {
                 None => {
-                    // SAFETY: signalling the process group we created.
-                    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+                    ccctl_sys::signals::kill_group(pgid as i32, Signal::TERM);
                     term_sent = Some(Instant::now());
                 }
                 Some(t) if t.elapsed() > Duration::from_secs(5) => {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                    ccctl_sys::signals::kill_group(pgid as i32, Signal::KILL);
                 }
                 Some(_) => {}
             }

@@ -20,7 +20,6 @@
 pub mod config;
 
 use std::collections::BTreeSet;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,77 +38,44 @@ pub use config::{DaemonConfig, OnExit};
 
 const LOCK_PATH: &str = "/run/ccctl/daemon.lock";
 
-/// Exclusive lock with our pid in it; released when dropped (or on exit).
-struct DaemonLock {
-    _file: std::fs::File,
-}
-
-impl DaemonLock {
-    fn acquire(path: &Path) -> Result<DaemonLock> {
-        use std::io::{Read, Seek, Write};
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let mut pid = String::new();
-            let _ = f.read_to_string(&mut pid);
-            bail!(
-                "another ccctl daemon (pid {}) is running; stop it first (it holds {})",
-                pid.trim(),
-                path.display()
-            );
-        }
-        f.set_len(0).ok();
-        f.rewind().ok();
-        let _ = write!(f, "{}", std::process::id());
-        Ok(DaemonLock { _file: f })
+/// The daemon's single-instance lock (pid inside), released on exit.
+fn single_instance(path: &Path) -> Result<ccctl_sys::lock::PidLock> {
+    use ccctl_sys::lock::{LockError, PidLock, Wait};
+    match PidLock::acquire(path, Wait::No) {
+        Ok(l) => Ok(l),
+        Err(LockError::Busy { pid, .. }) => bail!(
+            "another ccctl daemon (pid {}) is running; stop it first (it holds {})",
+            pid.map_or_else(|| "unknown".to_string(), |p| p.to_string()),
+            path.display()
+        ),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// Signals the daemon acts on, recorded by a handler and read by the loop.
-mod signals {
-    use std::sync::atomic::{AtomicBool, Ordering};
+/// What the daemon's loop acts on: SIGHUP reloads, SIGTERM or SIGINT ends.
+struct Signals {
+    hup: Arc<AtomicBool>,
+    term: Arc<AtomicBool>,
+    int: Arc<AtomicBool>,
+}
 
-    pub static HUP: AtomicBool = AtomicBool::new(false);
-    pub static TERM: AtomicBool = AtomicBool::new(false);
-
-    extern "C" fn on_hup(_: libc::c_int) {
-        HUP.store(true, Ordering::SeqCst);
-    }
-    extern "C" fn on_term(_: libc::c_int) {
-        TERM.store(true, Ordering::SeqCst);
-    }
-
-    pub fn install() {
-        let set = |sig: libc::c_int, f: extern "C" fn(libc::c_int)| {
-            // SAFETY: handlers only store to atomics.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = f as usize;
-                sa.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut sa.sa_mask);
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
-        };
-        set(libc::SIGHUP, on_hup);
-        set(libc::SIGTERM, on_term);
-        set(libc::SIGINT, on_term);
+impl Signals {
+    fn install() -> Result<Signals> {
+        use ccctl_sys::signals::flag;
+        let f = |sig| flag(sig).with_context(|| format!("watching signal {sig}"));
+        Ok(Signals {
+            hup: f(libc::SIGHUP)?,
+            term: f(libc::SIGTERM)?,
+            int: f(libc::SIGINT)?,
+        })
     }
 
-    pub fn take_hup() -> bool {
-        HUP.swap(false, Ordering::SeqCst)
+    fn take_hup(&self) -> bool {
+        self.hup.swap(false, Ordering::SeqCst)
     }
 
-    pub fn term() -> bool {
-        TERM.load(Ordering::SeqCst)
+    fn term(&self) -> bool {
+        self.term.load(Ordering::SeqCst) || self.int.load(Ordering::SeqCst)
     }
 }
 
@@ -261,8 +227,8 @@ pub struct DaemonOptions {
 pub fn run(opts: DaemonOptions) -> Result<()> {
     kernel::check_privileges()?;
     let mut cfg = read_config(&opts.config)?;
-    let _lock = DaemonLock::acquire(opts.lock.as_deref().unwrap_or(Path::new(LOCK_PATH)))?;
-    signals::install();
+    let _lock = single_instance(opts.lock.as_deref().unwrap_or(Path::new(LOCK_PATH)))?;
+    let signals = Signals::install()?;
     let mut state = State::default();
     let result = (|| -> Result<()> {
         apply(&cfg, None, &mut state)?;
@@ -281,7 +247,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
             }
         );
         loop {
-            if signals::term() {
+            if signals.term() {
                 break;
             }
             if let Some(t) = &tracing_thread {
@@ -291,7 +257,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
                     bail!("tracing stopped unexpectedly: {:?}", r.err());
                 }
             }
-            if signals::take_hup() {
+            if signals.take_hup() {
                 match read_config(&opts.config) {
                     Err(e) => {
                         tracing::error!("SIGHUP: keeping the running configuration: {e:#}");

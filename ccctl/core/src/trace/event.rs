@@ -2,7 +2,7 @@
 //! from bindgen, see [`crate::abi`]) and naming its enumerations.
 use std::net::Ipv4Addr;
 
-use crate::abi;
+use crate::abi::{self, Plain};
 
 /// Size of one event as the BPF side writes it.
 pub const EVENT_SIZE: usize = std::mem::size_of::<abi::ccctl_event>();
@@ -22,22 +22,15 @@ pub struct ShortSample {
 /// side may append fields); shorter ones are rejected.
 #[inline]
 pub fn decode(sample: &[u8]) -> Result<abi::ccctl_event, ShortSample> {
-    if sample.len() < EVENT_SIZE {
-        return Err(ShortSample { len: sample.len() });
-    }
-    // SAFETY: the slice holds at least size_of::<ccctl_event>() bytes, every
-    // bit pattern is a valid ccctl_event (plain integers), and
-    // read_unaligned makes no alignment assumption.
-    Ok(unsafe { std::ptr::read_unaligned(sample.as_ptr().cast::<abi::ccctl_event>()) })
+    abi::ccctl_event::from_bytes(sample).ok_or(ShortSample { len: sample.len() })
 }
 
 /// The raw bytes of an event, as the BPF side would have written them
 /// (synthetic events for tests and the benchmark).
 pub fn to_bytes(ev: &abi::ccctl_event) -> [u8; EVENT_SIZE] {
-    // SAFETY: ccctl_event is plain old data of exactly EVENT_SIZE bytes with
-    // no implicit padding (the header says so and bindgen's layout tests
-    // check the offsets).
-    unsafe { std::mem::transmute_copy(ev) }
+    let mut out = [0u8; EVENT_SIZE];
+    out.copy_from_slice(ev.as_bytes());
+    out
 }
 
 /// An address field (network order, as stored by the kernel) as an IPv4 address.

@@ -9,7 +9,7 @@ use std::{
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
 use super::TraceError;
-use crate::abi;
+use crate::abi::{self, PinnedMap};
 
 /// `<bpffs>/ccctl/shared`, where the loader pins them.
 pub fn shared_dir() -> PathBuf {
@@ -26,7 +26,7 @@ pub struct SharedMaps {
     /// Ring buffer of `struct ccctl_event`.
     pub events: MapHandle,
     /// One `struct ccctl_trace_cfg`.
-    pub cfg: MapHandle,
+    pub cfg: PinnedMap<abi::ccctl_trace_cfg>,
     /// Per-CPU u64: failed reservations, never reset.
     pub drops: MapHandle,
     dir: PathBuf,
@@ -41,7 +41,10 @@ impl SharedMaps {
     /// Open the maps under `dir`, checking they are what this binary expects.
     pub fn open_in(dir: &Path) -> Result<SharedMaps, TraceError> {
         let events = open_pinned(dir, EVENTS)?;
-        let cfg = open_pinned(dir, CFG)?;
+        // Opened as a handle first, for open_pinned's errors (not loaded,
+        // not permitted), then as the typed map.
+        open_pinned(dir, CFG)?;
+        let cfg = PinnedMap::<abi::ccctl_trace_cfg>::open(&dir.join(CFG)).map_err(map_err)?;
         let drops = open_pinned(dir, DROPS)?;
         let mismatch = |name: &str, detail: String| TraceError::AbiMismatch {
             path: dir.join(name),
@@ -53,13 +56,13 @@ impl SharedMaps {
                 format!("a {:?} map, not a ring buffer", events.map_type()),
             ));
         }
-        let want = size_of::<abi::ccctl_trace_cfg>();
-        if cfg.value_size() as usize != want {
+        if !cfg.value_size_matches() {
             return Err(mismatch(
                 CFG,
                 format!(
-                    "values of {} bytes, struct ccctl_trace_cfg has {want}",
-                    cfg.value_size()
+                    "values of {} bytes, struct ccctl_trace_cfg has {}",
+                    cfg.handle().value_size(),
+                    size_of::<abi::ccctl_trace_cfg>()
                 ),
             ));
         }
@@ -87,31 +90,12 @@ impl SharedMaps {
 
     /// The `trace_cfg` entry.
     pub fn read_cfg(&self) -> Result<abi::ccctl_trace_cfg, TraceError> {
-        let bytes = self
-            .cfg
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(self.bpf_err(CFG, "reading"))?
-            .unwrap_or_default();
-        if bytes.len() < size_of::<abi::ccctl_trace_cfg>() {
-            return Ok(abi::ccctl_trace_cfg::default());
-        }
-        // SAFETY: the buffer holds a whole ccctl_trace_cfg (plain integers).
-        Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<abi::ccctl_trace_cfg>()) })
+        self.cfg.get().map_err(map_err)
     }
 
     /// Replace the `trace_cfg` entry (one atomic map update).
     pub fn write_cfg(&self, cfg: &abi::ccctl_trace_cfg) -> Result<(), TraceError> {
-        // SAFETY: ccctl_trace_cfg is plain integers with no padding (40 bytes:
-        // nine 32/16-bit fields fill 32 bytes before the u64).
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (cfg as *const abi::ccctl_trace_cfg).cast::<u8>(),
-                size_of::<abi::ccctl_trace_cfg>(),
-            )
-        };
-        self.cfg
-            .update(&0u32.to_ne_bytes(), bytes, MapFlags::ANY)
-            .map_err(self.bpf_err(CFG, "writing"))
+        self.cfg.set(cfg).map_err(map_err)
     }
 
     /// Other maps are pinned under our directory now: every algorithm was
@@ -121,7 +105,7 @@ impl SharedMaps {
     pub fn replaced(&self) -> bool {
         let id = |m: &MapHandle| m.info().map(|i| i.info.id).ok();
         match MapHandle::from_pinned_path(self.dir.join(CFG)) {
-            Ok(pinned) => id(&pinned).is_some_and(|p| Some(p) != id(&self.cfg)),
+            Ok(pinned) => id(&pinned).is_some_and(|p| Some(p) != id(self.cfg.handle())),
             Err(_) => false,
         }
     }
@@ -143,6 +127,13 @@ impl SharedMaps {
     fn bpf_err(&self, name: &str, verb: &str) -> impl FnOnce(libbpf_rs::Error) -> TraceError {
         let what = format!("{verb} {}", self.dir.join(name).display());
         move |source| TraceError::Bpf { what, source }
+    }
+}
+
+fn map_err(e: abi::MapError) -> TraceError {
+    TraceError::Bpf {
+        what: format!("{} {}", e.what, e.path.display()),
+        source: e.source,
     }
 }
 

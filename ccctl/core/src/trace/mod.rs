@@ -231,7 +231,6 @@ impl Filter {
             sample_every: self.sample_every,
             once_per_rtt: self.once_per_rtt as u32,
             session,
-            ..Default::default()
         }
     }
 

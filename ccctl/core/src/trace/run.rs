@@ -78,7 +78,9 @@ pub struct TraceSummary {
 /// written is left readable.
 pub fn run_with(maps: &SharedMaps, opts: TraceOptions, target: Target) -> Result<TraceSummary> {
     let consumer = Rc::new(RefCell::new(Consumer::new(target)));
-    let _sigpipe = SigpipeIgnored::new();
+    // A tracer must not die without switching tracing off: while a session
+    // runs a closed stdout is an error (`--follow | head` ends the session).
+    let _sigpipe = ccctl_sys::signals::SigpipeIgnored::new();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -310,6 +312,7 @@ async fn session(
     SessionEnd { stop, dropped }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn consume_until_stop(
     maps: &SharedMaps,
     rb: &RingBuffer<'_>,
@@ -535,27 +538,5 @@ struct EpollFd<'a>(&'a RingBuffer<'a>);
 impl AsRawFd for EpollFd<'_> {
     fn as_raw_fd(&self) -> RawFd {
         self.0.epoll_fd()
-    }
-}
-
-/// `ccctl` restores SIGPIPE's default action (die quietly, like other CLI
-/// tools); a tracer must not die without switching tracing off, so while a
-/// session runs a closed stdout is an error (`--follow | head` ends the
-/// session) rather than death.
-struct SigpipeIgnored(libc::sighandler_t);
-
-impl SigpipeIgnored {
-    fn new() -> SigpipeIgnored {
-        // SAFETY: changing a signal disposition; restored on drop.
-        SigpipeIgnored(unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) })
-    }
-}
-
-impl Drop for SigpipeIgnored {
-    fn drop(&mut self) {
-        if self.0 != libc::SIG_ERR {
-            // SAFETY: restoring the disposition found at creation.
-            unsafe { libc::signal(libc::SIGPIPE, self.0) };
-        }
     }
 }

@@ -47,9 +47,20 @@ pub enum Command {
     Trace(trace::TraceArgs),
     /// Load, tune and trace from a config file; SIGHUP reloads it, SIGTERM cleans up.
     Daemon(DaemonArgs),
+    /// Print a shell completion script (e.g. `ccctl completions bash > /etc/bash_completion.d/ccctl`).
+    Completions(CompletionsArgs),
+    /// Print the man page, roff (e.g. `ccctl man | man -l -`).
+    Man,
     /// Benchmark: synthetic events through the trace decoder and Parquet writer.
     #[command(hide = true)]
     TraceBench(TraceBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]
@@ -179,6 +190,17 @@ pub struct JsonArg {
     pub json: bool,
 }
 
+/// The completion script for `shell`, generated from the clap definition.
+fn completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut cmd, "ccctl", out);
+}
+
+/// The man page (roff), generated from the clap definition.
+fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     if matches!(
         cli.command,
@@ -198,6 +220,11 @@ pub fn run(cli: Cli) -> Result<()> {
             config: args.config,
             lock: args.lock,
         }),
+        Command::Completions(args) => {
+            completions(args.shell, &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => man_page(&mut std::io::stdout()).context("writing the man page"),
         Command::TraceBench(args) => {
             let rate = ccctl_lab::consumer_bench::consumer_rate(args.events, &args.out)?;
             println!(
@@ -466,5 +493,41 @@ fn ago(s: u64) -> String {
         0..=59 => format!("{s}s ago"),
         60..=3599 => format!("{}m ago", s / 60),
         _ => format!("{}h{}m ago", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn completions_and_man_page_name_every_command() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            super::completions(shell, &mut out);
+            let text = String::from_utf8(out).expect("utf-8");
+            for cmd in [
+                "load",
+                "unload",
+                "tune",
+                "trace",
+                "lab",
+                "daemon",
+                "completions",
+            ] {
+                assert!(text.contains(cmd), "{shell:?} completion lacks {cmd}");
+            }
+        }
+        let mut out = Vec::new();
+        super::man_page(&mut out).expect("render");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.contains(".TH ccctl"),
+            "{}",
+            &text[..200.min(text.len())]
+        );
+        assert!(text.contains("tune") && text.contains("trace"));
     }
 }

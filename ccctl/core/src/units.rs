@@ -76,13 +76,13 @@ impl fmt::Display for Rate {
 
 /// A non-negative time span.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct Span(pub Duration);
+pub struct HumanDuration(pub Duration);
 
-impl Span {
+impl HumanDuration {
     const EXPECTED: &'static str =
         "a non-negative number with a unit: us, ms, s, min or h, e.g. `40ms`";
 
-    pub fn parse(s: &str) -> Result<Span, ParseError> {
+    pub fn parse(s: &str) -> Result<HumanDuration, ParseError> {
         let err = || ParseError {
             input: s.into(),
             what: "time",
@@ -100,11 +100,11 @@ impl Span {
         if !(0.0..=1e7).contains(&secs) {
             return Err(err());
         }
-        Ok(Span(Duration::from_secs_f64(secs)))
+        Ok(HumanDuration(Duration::from_secs_f64(secs)))
     }
 }
 
-impl fmt::Display for Span {
+impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_secs_f64() * 1e3;
         if ms >= 1000.0 && ms % 1000.0 == 0.0 {
@@ -187,7 +187,7 @@ macro_rules! serde_via_str {
     };
 }
 serde_via_str!(Rate);
-serde_via_str!(Span);
+serde_via_str!(HumanDuration);
 serde_via_str!(Buffer);
 
 /// A Unix time in UTC as `YYYY<d>MM<d>DD<sep>hh<t>mm<t>ss<end>`
@@ -249,17 +249,20 @@ mod tests {
     #[test]
     fn spans() {
         assert_eq!(
-            Span::parse("40ms").map(|s| s.0),
+            HumanDuration::parse("40ms").map(|s| s.0),
             Ok(Duration::from_millis(40))
         );
-        assert_eq!(Span::parse("3s").map(|s| s.0), Ok(Duration::from_secs(3)));
-        assert_eq!(Span::parse("0s").map(|s| s.0), Ok(Duration::ZERO));
         assert_eq!(
-            Span::parse("1.5min").map(|s| s.0),
+            HumanDuration::parse("3s").map(|s| s.0),
+            Ok(Duration::from_secs(3))
+        );
+        assert_eq!(HumanDuration::parse("0s").map(|s| s.0), Ok(Duration::ZERO));
+        assert_eq!(
+            HumanDuration::parse("1.5min").map(|s| s.0),
             Ok(Duration::from_secs(90))
         );
         for bad in ["-10ms", "10", "10 parsecs", "NaNs"] {
-            assert!(Span::parse(bad).is_err(), "{bad}");
+            assert!(HumanDuration::parse(bad).is_err(), "{bad}");
         }
     }
 
@@ -294,7 +297,7 @@ mod tests {
         for s in ["30mbit", "40ms", "3s", "100pkt", "0.5bdp"] {
             let shown = match s {
                 _ if s.ends_with("bit") => Rate::parse(s).map(|r| r.to_string()),
-                _ if s.ends_with('s') => Span::parse(s).map(|r| r.to_string()),
+                _ if s.ends_with('s') => HumanDuration::parse(s).map(|r| r.to_string()),
                 _ => Buffer::parse(s).map(|r| r.to_string()),
             };
             assert_eq!(shown.as_deref(), Ok(s));

@@ -32,8 +32,8 @@ pub mod trace_files;
 /// The test VM (ccctl-vm), where the lab runs when this kernel has no netem.
 pub use ccctl_vm as vm;
 
+pub(crate) mod algorithms;
 pub mod analyze;
-pub(crate) mod ccs;
 pub mod exec;
 /// Ctrl-C for the lab: SIGINT, SIGTERM and SIGHUP are recorded; the lab notices
 /// at its next 100 ms tick, stops its flows, tears down the testbed, unloads
@@ -150,10 +150,10 @@ pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
     // Everything that can be checked is checked before anything is created.
     let kernel_cc = match where_ {
         Where::Vm => {
-            ccs::precheck(&opts.scenario)?;
+            algorithms::precheck(&opts.scenario)?;
             None
         }
-        _ => Some(ccs::check(&opts.scenario)?),
+        _ => Some(algorithms::check(&opts.scenario)?),
     };
     let run_dir = match &opts.run_dir {
         Some(d) => {
@@ -231,7 +231,7 @@ fn run_here(
     let mut meta = output::Metadata::new(sc, where_, &plan);
     output::write_scenario(&run_dir.join("scenario.toml"), sc)?;
     meta.write(run_dir)?;
-    let loaded = ccs::Loaded::ensure(sc)?;
+    let loaded = algorithms::Loaded::ensure(sc)?;
     meta.loaded_for_run = loaded.names().iter().map(|s| s.to_string()).collect();
 
     let tracer = traces::LabTracer::new(sc.algorithms(), run_dir);

@@ -26,7 +26,7 @@ use std::{collections::BTreeSet, fmt, time::Duration};
 
 use serde::{de, Deserialize, Deserializer, Serialize};
 
-use ccctl_core::units::{Buffer, Rate, Span};
+use ccctl_core::units::{Buffer, HumanDuration, Rate};
 
 /// Frame size the bottleneck counts per full-size packet (MTU 1500 + Ethernet).
 pub const FRAME_BYTES: u64 = 1514;
@@ -54,9 +54,9 @@ pub struct Scenario {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    pub duration: Span,
+    pub duration: HumanDuration,
     #[serde(default = "default_warmup")]
-    pub warmup: Span,
+    pub warmup: HumanDuration,
     #[serde(default = "one")]
     pub repetitions: u32,
     pub link: Link,
@@ -75,8 +75,8 @@ fn yes() -> bool {
     true
 }
 
-fn default_warmup() -> Span {
-    Span(Duration::from_secs(3))
+fn default_warmup() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3))
 }
 
 fn one() -> u32 {
@@ -87,7 +87,7 @@ fn one() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct Link {
     pub rate: Rate,
-    pub rtt: Span,
+    pub rtt: HumanDuration,
     pub buffer: Buffer,
     #[serde(default)]
     pub loss: f64,
@@ -112,17 +112,17 @@ pub struct FlowGroup {
     #[serde(default = "one")]
     pub count: u32,
     #[serde(default = "zero_span")]
-    pub start: Span,
+    pub start: HumanDuration,
     /// Default: until the run ends.
     #[serde(default)]
-    pub duration: Option<Span>,
+    pub duration: Option<HumanDuration>,
     /// Base RTT of these flows; default: the link's (or the swept) RTT.
     #[serde(default)]
-    pub rtt: Option<Span>,
+    pub rtt: Option<HumanDuration>,
 }
 
-fn zero_span() -> Span {
-    Span(Duration::ZERO)
+fn zero_span() -> HumanDuration {
+    HumanDuration(Duration::ZERO)
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -131,7 +131,7 @@ pub struct Sweep {
     #[serde(default)]
     pub rate: Vec<Rate>,
     #[serde(default)]
-    pub rtt: Vec<Span>,
+    pub rtt: Vec<HumanDuration>,
     #[serde(default)]
     pub buffer: Vec<Buffer>,
     /// Alternative flow sets ("match-ups"), shorthand strings; each replaces
@@ -208,7 +208,7 @@ pub fn parse_flow_shorthand(s: &str) -> Result<Vec<FlowGroup>, String> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinkSetting {
     pub rate: Rate,
-    pub rtt: Span,
+    pub rtt: HumanDuration,
     pub buffer: Buffer,
     pub buffer_bytes: u64,
     pub loss: f64,

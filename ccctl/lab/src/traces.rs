@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 
 use polars::prelude::*;
 
-use super::ccs::{self, Source};
+use super::algorithms::{self, Source};
 use super::exec::JobRecord;
 use super::plan::Job;
 use crate::plots::{self, Panel, Series};
@@ -43,7 +43,7 @@ impl LabTracer {
     ) -> Option<LabTracer> {
         if !scenario_algos
             .into_iter()
-            .any(|a| matches!(ccs::resolve(&a), Source::Ours(_)))
+            .any(|a| matches!(algorithms::resolve(&a), Source::Ours(_)))
         {
             return None;
         }
@@ -64,7 +64,7 @@ impl LabTracer {
         let ours: Vec<String> = job
             .flows
             .iter()
-            .filter_map(|f| match ccs::resolve(&f.cc) {
+            .filter_map(|f| match algorithms::resolve(&f.cc) {
                 Source::Ours(a) => Some(a.kernel_name.to_string()),
                 Source::Kernel => None,
             })
@@ -164,7 +164,7 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
     let mut by_port: BTreeMap<u64, String> = BTreeMap::new();
     for (i, f) in rec.flows.iter().enumerate() {
         if let Some(p) = f.result.local_port {
-            if matches!(ccs::resolve(&f.plan.cc), Source::Ours(_)) {
+            if matches!(algorithms::resolve(&f.plan.cc), Source::Ours(_)) {
                 by_port.insert(p as u64, format!("{} #{i}", f.plan.cc));
             }
         }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
-use ccctl_core::units::{Buffer, Rate, Span};
+use ccctl_core::units::{Buffer, HumanDuration, Rate};
 use ccctl_lab::scenario::Scenario;
 use ccctl_lab::{self as lab, LabOptions, Where};
 
@@ -25,8 +25,8 @@ pub struct ScenarioArgs {
     #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
     pub rate: Option<Rate>,
     /// Base RTT of the flows, e.g. 40ms.
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Span::parse(s).map_err(|e| e.to_string()))]
-    pub rtt: Option<Span>,
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| HumanDuration::parse(s).map_err(|e| e.to_string()))]
+    pub rtt: Option<HumanDuration>,
     /// Bottleneck buffer: 100pkt, 150kB or 0.5bdp (default for one-offs: 1bdp).
     #[arg(long, value_parser = |s: &str| Buffer::parse(s).map_err(|e| e.to_string()))]
     pub buffer: Option<Buffer>,
@@ -40,11 +40,11 @@ pub struct ScenarioArgs {
     #[arg(long)]
     pub flows: Option<String>,
     /// Length of each run, e.g. 30s.
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Span::parse(s).map_err(|e| e.to_string()))]
-    pub duration: Option<Span>,
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| HumanDuration::parse(s).map_err(|e| e.to_string()))]
+    pub duration: Option<HumanDuration>,
     /// Cut from the start of every flow before measuring (default 3s).
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Span::parse(s).map_err(|e| e.to_string()))]
-    pub warmup: Option<Span>,
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| HumanDuration::parse(s).map_err(|e| e.to_string()))]
+    pub warmup: Option<HumanDuration>,
     /// Repetitions of every run.
     #[arg(long, allow_hyphen_values = true)]
     pub repetitions: Option<u32>,
@@ -188,9 +188,9 @@ fn check(args: ScenarioArgs) -> Result<()> {
                 format!(
                     "{} (rtt {}, {}..{})",
                     f.cc,
-                    Span(f.rtt),
-                    Span(f.start),
-                    Span(f.start + f.duration)
+                    HumanDuration(f.rtt),
+                    HumanDuration(f.start),
+                    HumanDuration(f.start + f.duration)
                 )
             })
             .collect();

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::{ArgGroup, Args};
 
 use ccctl_core::trace::{self, Filter, TraceError, TraceOptions};
-use ccctl_core::units::Span;
+use ccctl_core::units::HumanDuration;
 use ccctl_lab::trace_files::{self, Output};
 
 #[derive(Debug, Args)]
@@ -31,8 +31,8 @@ pub struct TraceArgs {
     #[arg(long)]
     pub per_rtt: bool,
     /// Stop after this long, e.g. 30s (default: at Ctrl-C).
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| Span::parse(s).map_err(|e| e.to_string()))]
-    pub duration: Option<Span>,
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| HumanDuration::parse(s).map_err(|e| e.to_string()))]
+    pub duration: Option<HumanDuration>,
     /// Write events to this Parquet file (one row group per 65 536 events).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
@@ -73,13 +73,13 @@ impl TraceArgs {
             }
         };
         let duration = match self.duration {
-            Some(Span(d)) if d.is_zero() => {
+            Some(HumanDuration(d)) if d.is_zero() => {
                 return Err(TraceError::BadInput {
                     flag: "--duration",
                     message: "must be longer than 0, e.g. 30s".into(),
                 })
             }
-            Some(Span(d)) => Some(d),
+            Some(HumanDuration(d)) => Some(d),
             None => None,
         };
         let opts = TraceOptions {

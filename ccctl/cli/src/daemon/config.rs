@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use ccctl_core::algos;
 use ccctl_core::params;
-use ccctl_core::units::Span;
+use ccctl_core::units::HumanDuration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -63,7 +63,7 @@ pub struct TraceConfig {
     #[serde(default = "default_rotate_size")]
     pub rotate_size: String,
     #[serde(default = "default_rotate_time")]
-    pub rotate_time: Span,
+    pub rotate_time: HumanDuration,
 }
 
 fn one() -> u32 {
@@ -72,8 +72,8 @@ fn one() -> u32 {
 fn default_rotate_size() -> String {
     "256MB".into()
 }
-fn default_rotate_time() -> Span {
-    Span(std::time::Duration::from_secs(3600))
+fn default_rotate_time() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(3600))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

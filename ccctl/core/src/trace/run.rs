@@ -458,7 +458,7 @@ fn announce(opts: &TraceOptions, target: &Target) {
         Target::Follow(_) => String::new(),
     };
     let until = match opts.duration {
-        Some(d) => format!("for {}", crate::units::Span(d)),
+        Some(d) => format!("for {}", crate::units::HumanDuration(d)),
         None => "until Ctrl-C".to_string(),
     };
     eprintln!("ccctl trace: tracing {what}{into} {until}");

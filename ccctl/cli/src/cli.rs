@@ -93,69 +93,69 @@ pub struct LoadArgs {
     pub values: ParamFlags,
 }
 
-/// Parameter values, real numbers (fixed point in the map). Parsed as any
-/// f64, NaN, infinities and negative numbers (`-1`, `-inf`) included, so range
-/// checks in `params` name the parameter and what is allowed.
-#[derive(Debug, Clone, Default, Args)]
+/// Parameter values, real numbers (fixed point in the map): one flag per
+/// parameter of any algorithm, generated from the parameter table
+/// ([`params::ALL`]), so a parameter added there is a flag here. Parsed as
+/// any f64, NaN, infinities and negative numbers (`-1`, `-inf`) included, so
+/// range checks in `params` name the parameter and what is allowed.
+#[derive(Debug, Clone, Default)]
 pub struct ParamFlags {
-    /// Modest BBR: W_min, lower end of the window search, fraction of the window BBR keeps in flight, BtlBw x RTprop (0 < W_min < W_max; default 0.75).
-    #[arg(
-        long,
-        value_name = "X",
-        allow_hyphen_values = true,
-        help_heading = "Parameters"
-    )]
-    pub wmin: Option<f64>,
-    /// Modest BBR: W_max, upper end of the window search, fraction of the window BBR keeps in flight, BtlBw x RTprop (W_min < W_max <= 1; default 1.0).
-    #[arg(
-        long,
-        value_name = "X",
-        allow_hyphen_values = true,
-        help_heading = "Parameters"
-    )]
-    pub wmax: Option<f64>,
-    /// Modest BBR: S_min, smallest window search step in packets (whole, 1 to 64; default 1).
-    #[arg(
-        long,
-        value_name = "N",
-        allow_hyphen_values = true,
-        help_heading = "Parameters"
-    )]
-    pub smin: Option<f64>,
-    /// BBR family: PROBE_BW cwnd gain, in-flight cap in BDPs (1 to 4; default 2).
-    #[arg(
-        long,
-        value_name = "X",
-        allow_hyphen_values = true,
-        help_heading = "Parameters"
-    )]
-    pub cwnd_gain: Option<f64>,
-    /// BBR family: PROBE_BW up-probe pacing gain (1 to 2; default 1.25).
-    #[arg(
-        long,
-        value_name = "X",
-        allow_hyphen_values = true,
-        help_heading = "Parameters"
-    )]
-    pub probe_up_gain: Option<f64>,
+    values: BTreeMap<String, f64>,
 }
 
-/// Ids of the `ParamFlags` arguments, for `--reset`'s conflicts.
-const PARAM_FLAG_IDS: [&str; 5] = ["wmin", "wmax", "smin", "cwnd_gain", "probe_up_gain"];
+/// The group of every parameter flag, for `--reset`'s conflict.
+const PARAM_FLAGS: &str = "parameter values";
 
 impl ParamFlags {
     /// The values given, by parameter name.
     pub fn changes(&self) -> BTreeMap<String, f64> {
-        [
-            (params::W_MIN.name, self.wmin),
-            (params::W_MAX.name, self.wmax),
-            (params::S_MIN.name, self.smin),
-            (params::CWND_GAIN.name, self.cwnd_gain),
-            (params::PROBE_UP_GAIN.name, self.probe_up_gain),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
-        .collect()
+        self.values.clone()
+    }
+}
+
+impl clap::FromArgMatches for ParamFlags {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let values = params::ALL
+            .iter()
+            .filter_map(|d| m.get_one::<f64>(d.flag).map(|v| (d.name.to_string(), *v)))
+            .collect();
+        Ok(ParamFlags { values })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for ParamFlags {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for d in params::ALL {
+            cmd = cmd.arg(
+                clap::Arg::new(d.flag)
+                    .long(d.flag)
+                    .value_name(if d.integer { "N" } else { "X" })
+                    .allow_hyphen_values(true)
+                    .value_parser(clap::value_parser!(f64))
+                    .help_heading("Parameters")
+                    .help(format!(
+                        "{} ({}; {}; default {})",
+                        d.summary,
+                        d.unit,
+                        d.allowed_in_set(),
+                        d.default
+                    )),
+            );
+        }
+        cmd.group(
+            clap::ArgGroup::new(PARAM_FLAGS)
+                .args(params::ALL.iter().map(|d| d.flag))
+                .multiple(true),
+        )
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
     }
 }
 
@@ -169,7 +169,7 @@ pub struct TuneArgs {
     #[arg(long)]
     pub json: bool,
     /// Restore every parameter's default.
-    #[arg(long, conflicts_with_all = PARAM_FLAG_IDS)]
+    #[arg(long, conflicts_with = PARAM_FLAGS)]
     pub reset: bool,
 }
 

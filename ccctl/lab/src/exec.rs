@@ -10,9 +10,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::diag::{DiagSocket, TcpInfo};
 use crate::iperf::{self, FlowResult, FlowSpec};
 use crate::scenario::{Aqm, FlowPlan};
+use crate::sockdiag::DiagSocket;
+/// One inet_diag reading of a flow's socket (`t`: seconds since the job's
+/// flows were launched).
+pub use crate::sockdiag::Sample;
 use crate::testbed::{self, QdiscStats, Role, Testbed, TestbedConfig};
 
 use super::plan::Job;
@@ -22,14 +25,6 @@ use super::{interrupt, LabError};
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 /// How long past the flows' planned end we wait before collecting anyway.
 const END_GRACE: Duration = Duration::from_secs(5);
-
-/// One inet_diag reading of a flow's socket.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    /// Seconds since the job's flows were launched.
-    pub t: f64,
-    pub info: TcpInfo,
-}
 
 #[derive(Debug, Clone)]
 pub struct FlowRecord {

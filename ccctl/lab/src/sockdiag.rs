@@ -30,9 +30,12 @@
 //! `NetlinkBuffer`, `DoneBuffer`, `ErrorBuffer`, `InetResponseHeader` and
 //! `NlasIterator`. Two things stay ours, for tolerance:
 //!
-//! - `struct tcp_info`: the crate reads it as one fixed layout (its
-//!   `rich_nlas` `TcpInfo` refuses a blob shorter than the struct it was
-//!   written against); [`parse_tcp_info`] reads any length (below).
+//! - `struct tcp_info`: the crate reads it as one fixed layout (with
+//!   `rich_nlas`, a packed 232-byte `TcpInfoBuffer` ending at `snd_wnd`,
+//!   Linux 5.4's size: a shorter blob from an older kernel fails the whole
+//!   attribute, and fields appended since — 6.18 sends 280 bytes — cannot
+//!   be reached). Without `rich_nlas` it hands over the bytes, which
+//!   [`parse_tcp_info`] reads at any length (below).
 //! - The attributes: the crate's `InetResponse::parse` decodes every
 //!   attribute strictly (its `MemInfo` notes fields missing on old kernels)
 //!   and fails the whole socket on one it cannot read. We walk the
@@ -1354,6 +1357,132 @@ mod tests {
         assert!(listening
             .iter()
             .any(|s| s.local.port() == server_addr.port() && s.state == tcp_state::LISTEN));
+        Ok(())
+    }
+
+    fn socket(cookie: u64, local_port: u16, cc: Option<&str>, acked: Option<u64>) -> TcpSocket {
+        TcpSocket {
+            local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), local_port),
+            remote: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 5201),
+            state: tcp_state::ESTABLISHED,
+            cookie,
+            cc: cc.map(str::to_string),
+            info: acked.map(|a| TcpInfo {
+                bytes_acked: Some(a),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn samples_follow_each_socket_by_cookie() {
+        let mut s = Samples::default();
+        s.add(0.0, socket(7, 40000, Some("cubic"), Some(1)));
+        s.add(0.0, socket(8, 40001, Some("cubic"), Some(5)));
+        s.add(0.1, socket(7, 40000, Some("cubic"), None)); // no tcp_info
+        s.add(0.2, socket(7, 40000, Some("bpf_bbr"), Some(3)));
+        s.add(0.3, socket(7, 40000, None, Some(4))); // no name
+        s.add(0.4, socket(7, 40000, Some("bpf_bbr"), Some(9)));
+        // A later socket on the same local port is another socket.
+        s.add(0.5, socket(9, 40000, Some("reno"), Some(2)));
+
+        let mine: Vec<&SocketTrack> = s.for_local_port(40000).collect();
+        assert_eq!(mine.len(), 2);
+        assert_eq!(mine[0].cookie, 7);
+        assert_eq!(mine[0].cc, ["cubic", "bpf_bbr"]);
+        let seen: Vec<(f64, Option<u64>)> = mine[0]
+            .samples
+            .iter()
+            .map(|x| (x.t, x.info.bytes_acked))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (0.0, Some(1)),
+                (0.2, Some(3)),
+                (0.3, Some(4)),
+                (0.4, Some(9))
+            ]
+        );
+        assert_eq!(
+            (mine[1].cookie, mine[1].cc.as_slice()),
+            (9, &["reno".to_string()][..])
+        );
+        assert_eq!(s.for_local_port(40001).count(), 1);
+        assert_eq!(s.for_peer_port(5201).count(), 3);
+        assert_eq!(s.for_peer_port(40000).count(), 0);
+    }
+
+    #[test]
+    fn sampler_fails_fast_on_missing_namespace() {
+        let e = Sampler::start(
+            Path::new("/run/netns/ccctl-no-such-ns"),
+            SamplerConfig::default(),
+        )
+        .expect_err("no such namespace");
+        assert!(e.to_string().contains("ccctl-no-such-ns"), "{e}");
+    }
+
+    #[test]
+    fn live_sampler_follows_a_loopback_connection() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let server_addr = listener.local_addr()?;
+        let sampler = Sampler::start(
+            Path::new("/proc/self/ns/net"),
+            SamplerConfig {
+                interval: Duration::from_millis(20),
+                ..Default::default()
+            },
+        )?;
+        let mut client = TcpStream::connect(server_addr)?;
+        let client_port = client.local_addr()?.port();
+        let (mut server, _) = listener.accept()?;
+        // What the kernel says the socket runs, asked without inet_diag.
+        let cc = rustix::net::sockopt::tcp_congestion(&client)?;
+        const N: usize = 1 << 20;
+        let reader = std::thread::spawn(move || -> std::io::Result<()> {
+            let mut got = vec![0u8; N];
+            server.read_exact(&mut got)
+        });
+        for _ in 0..8 {
+            client.write_all(&vec![0x5a; N / 8])?;
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        reader.join().map_err(|_| "reader panicked")??;
+        std::thread::sleep(Duration::from_millis(100));
+        let samples = sampler.stop();
+
+        let mine: Vec<&SocketTrack> = samples.for_local_port(client_port).collect();
+        assert_eq!(mine.len(), 1, "{samples:#?}");
+        let track = mine[0];
+        assert_eq!(track.remote.port(), server_addr.port());
+        assert_eq!(track.cc, [cc]);
+        assert!(track.samples.len() >= 5, "{} samples", track.samples.len());
+        assert!(track.samples.windows(2).all(|w| w[0].t < w[1].t));
+        let acked: Vec<u64> = track
+            .samples
+            .iter()
+            .map(|x| x.info.bytes_acked.unwrap_or(0))
+            .collect();
+        assert!(acked.windows(2).all(|w| w[0] <= w[1]), "{acked:?}");
+        assert!(acked.last().is_some_and(|&a| a >= N as u64), "{acked:?}");
+        assert!(samples.ticks >= track.samples.len() as u64);
+        assert_eq!(samples.failures, 0, "{:?}", samples.last_error);
+        Ok(())
+    }
+
+    #[test]
+    fn listening_ports_are_the_listeners_only() -> Result<(), Box<dyn std::error::Error>> {
+        let diag = DiagSocket::open()?;
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let client = TcpStream::connect(listener.local_addr()?)?;
+        let (_server, _) = listener.accept()?;
+        let ports = diag.listening_ports()?;
+        assert!(ports.contains(&port), "{port} not in {ports:?}");
+        assert!(!ports.contains(&client.local_addr()?.port()));
+        drop(listener);
+        assert!(!diag.listening_ports()?.contains(&port));
         Ok(())
     }
 

@@ -13,13 +13,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::iperf::{self, FlowResult, FlowSpec};
 use crate::scenario::{Aqm, FlowPlan};
 use crate::sockdiag::DiagSocket;
-/// One inet_diag reading of a flow's socket (`t`: seconds since the job's
-/// flows were launched).
-pub use crate::sockdiag::Sample;
 use crate::testbed::{self, QdiscStats, Role, Testbed, TestbedConfig};
 
 use super::plan::Job;
 use super::{interrupt, LabError};
+
+/// One inet_diag reading of a flow's socket (`t`: seconds since the job's
+/// flows were launched).
+pub use crate::sockdiag::Sample;
 
 /// Socket sampling period.
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);

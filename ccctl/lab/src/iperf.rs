@@ -231,7 +231,7 @@ pub struct Interval {
 pub struct FlowResult {
     pub spec: FlowSpec,
     pub server_port: u16,
-    /// Client-side port of the data connection (to match `ss` samples).
+    /// Client-side port of the data connection (to match inet_diag samples).
     pub local_port: Option<u16>,
     /// Wall-clock time the client process was launched (after its offset).
     pub started_unix: f64,

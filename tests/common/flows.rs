@@ -1,30 +1,28 @@
 //! Flows through the namespace testbed, shared by host and VM tests.
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use ccctl_lab::{
-    diag::DiagSocket,
     iperf::{self, FlowResult, FlowSpec},
-    ss::{SamplerConfig, SsSampler},
+    sockdiag::{DiagSocket, Sampler, SamplerConfig},
     testbed::{Role, Testbed, TestbedConfig},
 };
 
-/// One flow on sender 0 while `ss -tin` samples the sender every 100 ms.
-/// Returns the flow and the congestion-control names ss saw on its socket.
+/// One flow on sender 0 while inet_diag samples the sender every 100 ms.
+/// Returns the flow and the congestion-control names the kernel reported
+/// on its socket (`INET_DIAG_CONG`, what `ss -ti` prints), in order.
 pub fn flow_with_ss(tb: &Testbed, cc: &str, secs: u64) -> (FlowResult, Vec<String>) {
-    let sampler = SsSampler::start(&tb.ns(Role::Sender(0)), SamplerConfig::default())
-        .expect("starting ss sampler");
+    let sender = ccctl_sys::netns::named(&tb.ns(Role::Sender(0)));
+    let sampler =
+        Sampler::start(&sender, SamplerConfig::default()).expect("starting the socket sampler");
     let flow = iperf::run_flow(tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))
         .expect("running iperf3");
-    let samples = sampler.stop().expect("stopping ss sampler");
+    let samples = sampler.stop();
     let port = flow
         .local_port
         .expect("iperf3 reported its data connection");
     let mut seen: Vec<String> = samples
         .for_local_port(port)
-        .filter_map(|r| r.sock.cc.clone())
+        .flat_map(|s| s.cc.iter().cloned())
         .collect();
     seen.dedup();
     (flow, seen)
@@ -60,7 +58,7 @@ pub fn unload_mid_flow(cfg: TestbedConfig, min_link_share: Option<f64>) {
         &[FlowSpec::new(0, "bpf_bbr", Duration::from_secs_f64(secs)).port(port)],
     )
     .expect("starting iperf3");
-    let diag = DiagSocket::open_in_netns(&Path::new("/run/netns").join(tb.ns(Role::Sender(0))))
+    let diag = DiagSocket::open_in_netns(&ccctl_sys::netns::named(&tb.ns(Role::Sender(0))))
         .expect("diag socket");
     let start = Instant::now();
     // Timed from when the data socket first shows up: iperf3 may take a

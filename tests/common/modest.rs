@@ -6,8 +6,8 @@ use std::{
 };
 
 use ccctl_lab::{
-    diag::DiagSocket,
     iperf::{self, FlowResult, FlowSpec},
+    sockdiag::DiagSocket,
     testbed::{buffer_bdp, Role, Testbed, TestbedConfig},
 };
 

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ccctl_lab::diag::DiagSocket;
 use ccctl_lab::iperf::{self, FlowSpec};
+use ccctl_lab::sockdiag::DiagSocket;
 use ccctl_lab::testbed::{Role, Testbed, TestbedConfig};
 use polars::prelude::*;
 

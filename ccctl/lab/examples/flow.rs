@@ -1,5 +1,5 @@
 //! One iperf3 flow through a namespace testbed: sender -> router (tbf
-//! bottleneck on its egress) -> receiver, with `ss -tin` sampling the sender.
+//! bottleneck on its egress) -> receiver, with inet_diag sampling the sender.
 //! `cargo xtask demo` runs it; the lab (`ccctl lab`) will supersede it.
 //!
 //! usage: flow [CC] [RATE_MBIT] [SECONDS]     (defaults: bpf_bbr 50 10)
@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use ccctl_lab::{
     iperf::{self, FlowSpec},
-    ss::{SamplerConfig, SsSampler},
+    sockdiag::{Sampler, SamplerConfig},
     testbed::{self, Role, Testbed, TestbedConfig},
 };
 
@@ -50,9 +50,10 @@ fn main() -> Result<()> {
         if rtt.is_zero() { " (no netem in this kernel)" } else { "" }
     );
 
-    let sampler = SsSampler::start(&tb.ns(Role::Sender(0)), SamplerConfig::default())?;
+    let sender = ccctl_sys::netns::named(&tb.ns(Role::Sender(0)));
+    let sampler = Sampler::start(&sender, SamplerConfig::default())?;
     let flow = iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))?;
-    let samples = sampler.stop()?;
+    let samples = sampler.stop();
 
     for iv in &flow.intervals {
         println!(
@@ -68,17 +69,16 @@ fn main() -> Result<()> {
     let seen: Vec<_> = samples.for_local_port(port).collect();
     let cc_seen = seen
         .iter()
-        .filter_map(|r| r.sock.cc.clone())
-        .next()
+        .find_map(|s| s.cc.first().cloned())
         .unwrap_or_default();
     println!(
-        "{}: {:.1} Mbit/s of {rate_mbit} ({:.0} %), {} retransmits, mean RTT {:.1} ms; ss -ti: `{cc_seen}` in {} samples",
+        "{}: {:.1} Mbit/s of {rate_mbit} ({:.0} %), {} retransmits, mean RTT {:.1} ms; inet_diag: `{cc_seen}` in {} samples",
         flow.sender_cc.as_deref().unwrap_or(cc),
         flow.goodput_bps / 1e6,
         100.0 * flow.goodput_bps / rate as f64,
         flow.retransmits,
         flow.mean_rtt_us.unwrap_or(0) as f64 / 1000.0,
-        seen.len()
+        seen.iter().map(|s| s.samples.len()).sum::<usize>()
     );
     tb.destroy()?;
     Ok(())

@@ -333,8 +333,7 @@ fn harm_against_baselines(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diag::TcpInfo;
-    use crate::exec::Sample;
+    use crate::sockdiag::{Sample, TcpInfo};
     use std::time::Duration;
 
     fn sample(t: f64, acked: u64, retrans: u32, rtt_ms: u32) -> Sample {

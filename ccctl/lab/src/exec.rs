@@ -10,26 +10,22 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::diag::{DiagSocket, TcpInfo};
 use crate::iperf::{self, FlowResult, FlowSpec};
 use crate::scenario::{Aqm, FlowPlan};
+use crate::sockdiag::DiagSocket;
 use crate::testbed::{self, QdiscStats, Role, Testbed, TestbedConfig};
 
 use super::plan::Job;
 use super::{interrupt, LabError};
 
+/// One inet_diag reading of a flow's socket (`t`: seconds since the job's
+/// flows were launched).
+pub use crate::sockdiag::Sample;
+
 /// Socket sampling period.
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 /// How long past the flows' planned end we wait before collecting anyway.
 const END_GRACE: Duration = Duration::from_secs(5);
-
-/// One inet_diag reading of a flow's socket.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    /// Seconds since the job's flows were launched.
-    pub t: f64,
-    pub info: TcpInfo,
-}
 
 #[derive(Debug, Clone)]
 pub struct FlowRecord {

@@ -9,12 +9,15 @@ use serde::Deserialize;
 
 use std::process::Stdio;
 
+use crate::sockdiag::DiagSocket;
 use crate::testbed::{self, NsProcess, Role, Testbed};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Testbed(#[from] testbed::Error),
+    #[error("watching for iperf3 servers to listen: {0}")]
+    Diag(#[from] crate::sockdiag::DiagError),
     #[error("iperf3 server on port {port} did not start: {detail}")]
     ServerStart { port: u16, detail: String },
     #[error("`{cmd}` failed ({status}): {message}")]
@@ -228,7 +231,7 @@ pub struct Interval {
 pub struct FlowResult {
     pub spec: FlowSpec,
     pub server_port: u16,
-    /// Client-side port of the data connection (to match `ss` samples).
+    /// Client-side port of the data connection (to match inet_diag samples).
     pub local_port: Option<u16>,
     /// Wall-clock time the client process was launched (after its offset).
     pub started_unix: f64,
@@ -335,17 +338,14 @@ fn now_unix() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Waits until every server's port is listening in the receiver namespace.
+/// Waits until every server's port is listening in the receiver namespace,
+/// watching its listening sockets through inet_diag. (The servers bind the
+/// receiver's IPv4 address, so their sockets are `AF_INET`.)
 fn wait_listening(tb: &Testbed, servers: &mut [Server], timeout: Duration) -> Result<()> {
     let deadline = std::time::Instant::now() + timeout;
+    let diag = DiagSocket::open_in_netns(&ccctl_sys::netns::named(&tb.ns(Role::Receiver)))?;
     loop {
-        let out = tb.exec(Role::Receiver, &["ss", "-ltnH"])?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let listening: Vec<u16> = text
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(3))
-            .filter_map(|a| a.rsplit(':').next()?.parse().ok())
-            .collect();
+        let listening = diag.listening_ports()?;
         let mut all = true;
         for s in servers.iter_mut() {
             if listening.contains(&s.port) {

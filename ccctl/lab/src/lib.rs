@@ -1,10 +1,10 @@
 //! ccctl-lab: congestion-control experiments on a namespace dumbbell, and
 //! everything that measures flows.
 //!
-//! The measuring parts: [`testbed`] (namespaces, links, qdiscs), [`diag`]
-//! (socket sampling through inet_diag), [`iperf`] (traffic), [`metrics`]
-//! (goodput, Jain's index, harm), [`plots`], [`trace_files`] (per-ACK traces
-//! as Parquet or CSV) and [`vm`] (the 6.1 test VM).
+//! The measuring parts: [`testbed`] (namespaces, links, qdiscs),
+//! [`sockdiag`] (socket sampling through inet_diag), [`iperf`] (traffic),
+//! [`metrics`] (goodput, Jain's index, harm), [`plots`], [`trace_files`]
+//! (per-ACK traces as Parquet or CSV) and [`vm`] (the 6.1 test VM).
 //!
 //! `ccctl lab run`:
 //! A scenario ([`crate::scenario`]) becomes a [`plan`] of testbed runs
@@ -20,12 +20,11 @@
 //! booting Debian's 6.1 kernel over the host's filesystem, writing into the
 //! same run directory ([`crate::vm`]).
 pub mod consumer_bench;
-pub mod diag;
 pub mod iperf;
 pub mod metrics;
 pub mod plots;
 pub mod scenario;
-pub mod ss;
+pub mod sockdiag;
 pub mod testbed;
 pub mod trace_files;
 
@@ -57,7 +56,7 @@ pub enum LabError {
     #[error(transparent)]
     Iperf(#[from] crate::iperf::Error),
     #[error(transparent)]
-    Diag(#[from] crate::diag::DiagError),
+    Diag(#[from] crate::sockdiag::DiagError),
     #[error(transparent)]
     Load(ccctl_core::error::Error),
     #[error("{what}: {source}")]

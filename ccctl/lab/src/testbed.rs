@@ -1742,7 +1742,7 @@ mod tests {
 mod host_tests {
     use super::*;
     use crate::iperf::{self, FlowSpec};
-    use crate::ss::{SamplerConfig, SsSampler};
+    use crate::sockdiag::{Sample, Sampler, SamplerConfig};
 
     /// A process exists and is not a zombie (shared with the cleanup tests).
     pub(crate) fn alive_not_zombie(pid: i32) -> bool {
@@ -1766,9 +1766,10 @@ mod host_tests {
         for n in &names {
             assert!(list_netns().contains(n), "{n} missing");
         }
-        let sampler = SsSampler::start(&tb.ns(Role::Sender(0)), SamplerConfig::default()).unwrap();
+        let sender = ccctl_sys::netns::named(&tb.ns(Role::Sender(0)));
+        let sampler = Sampler::start(&sender, SamplerConfig::default()).unwrap();
         let r = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(5))).unwrap();
-        let samples = sampler.stop().unwrap();
+        let samples = sampler.stop();
         let stats = tb.bottleneck_stats().unwrap();
         eprintln!(
             "goodput {:.2} Mbit/s, retrans {}, rtt min/mean/max {:?}/{:?}/{:?} us, tbf {:?}",
@@ -1798,9 +1799,12 @@ mod host_tests {
         );
 
         let port = r.local_port.unwrap();
-        let data: Vec<_> = samples.for_local_port(port).collect();
+        let data: Vec<&Sample> = samples
+            .for_local_port(port)
+            .flat_map(|s| &s.samples)
+            .collect();
         eprintln!(
-            "ss: {} ticks, {} failures, {} data-socket records",
+            "inet_diag: {} ticks, {} failures, {} data-socket records",
             samples.ticks,
             samples.failures,
             data.len()
@@ -1810,15 +1814,15 @@ mod host_tests {
             "only {} samples of the data socket",
             data.len()
         );
-        assert!(data.iter().all(|d| d.sock.cc.as_deref() == Some("cubic")));
-        let cwnds: Vec<u32> = data.iter().filter_map(|d| d.sock.cwnd).collect();
+        assert!(samples.for_local_port(port).all(|s| s.cc == ["cubic"]));
+        let cwnds: Vec<u32> = data.iter().map(|d| d.info.snd_cwnd).collect();
         let max = *cwnds.iter().max().unwrap();
         let mean = cwnds.iter().sum::<u32>() as f64 / cwnds.len() as f64;
         eprintln!("cwnd mean {mean:.1} max {max}");
         // BDP+buffer at ~0 base RTT is ~43 packets; cwnd should be in that region.
         assert!(mean >= 4.0 && max <= 400, "cwnd mean {mean} max {max}");
         assert!(
-            data.iter().any(|d| d.sock.rtt_ms.is_some_and(|r| r > 1.0)),
+            data.iter().any(|d| d.info.rtt_us > 1000),
             "queueing delay not visible in srtt"
         );
 

@@ -1,32 +1,56 @@
-//! Fast per-socket TCP state sampling through `NETLINK_SOCK_DIAG` (inet_diag),
-//! the interface `ss` itself uses, without forking `ss`.
+//! Socket sampling: per-socket TCP state through `NETLINK_SOCK_DIAG`
+//! (inet_diag), the interface `ss` itself uses, without forking `ss`. The
+//! one place ccctl looks at sockets: the lab's flow sampling, the wait for
+//! iperf3 servers to listen, and the tests' checks of which congestion
+//! control a socket runs.
 //!
 //! # What it does
 //!
 //! [`DiagSocket::tcp_sockets`] sends one `SOCK_DIAG_BY_FAMILY` dump request
-//! (`struct inet_diag_req_v2`, family `AF_INET`, protocol `IPPROTO_TCP`) for
-//! the sockets that may still send data — `ESTABLISHED`, `FIN_WAIT1`,
+//! (`inet_diag_req_v2`, family `AF_INET`, protocol `IPPROTO_TCP`) for the
+//! sockets that may still send data — `ESTABLISHED`, `FIN_WAIT1`,
 //! `FIN_WAIT2`, `CLOSE_WAIT`, `LAST_ACK`, `CLOSING` — asking for the
 //! `INET_DIAG_INFO` (`struct tcp_info`) and `INET_DIAG_CONG` (congestion
 //! control name) attributes. It reads the multipart reply until
 //! `NLMSG_DONE` and returns one [`TcpSocket`] per kernel socket. One dump
 //! costs a handful of syscalls, so it is cheap enough to run every 100 ms.
+//! [`DiagSocket::listening_ports`] dumps the `LISTEN` sockets instead, and
+//! [`Sampler`] dumps on a fixed period in a thread of its own.
 //!
 //! Only IPv4 (`AF_INET`) sockets are reported. A socket created as
 //! `AF_INET6` and carrying v4-mapped addresses (e.g. one accepted by a
 //! dual-stack listener on `::`) is an `AF_INET6` socket to the kernel and is
 //! not part of the dump.
 //!
+//! # What comes from crates, what is ours
+//!
+//! The socket is `netlink_sys::Socket`; the request is built by
+//! `netlink-packet-sock-diag` (`InetRequest`) and framed by
+//! `netlink-packet-core` (`NetlinkMessage`); replies are split with
+//! `NetlinkBuffer`, `DoneBuffer`, `ErrorBuffer`, `InetResponseHeader` and
+//! `NlasIterator`. Two things stay ours, for tolerance:
+//!
+//! - `struct tcp_info`: the crate reads it as one fixed layout (with
+//!   `rich_nlas`, a packed 232-byte `TcpInfoBuffer` ending at `snd_wnd`,
+//!   Linux 5.4's size: a shorter blob from an older kernel fails the whole
+//!   attribute, and fields appended since — 6.18 sends 280 bytes — cannot
+//!   be reached). Without `rich_nlas` it hands over the bytes, which
+//!   [`parse_tcp_info`] reads at any length (below).
+//! - The attributes: the crate's `InetResponse::parse` decodes every
+//!   attribute strictly (its `MemInfo` notes fields missing on old kernels)
+//!   and fails the whole socket on one it cannot read. We walk the
+//!   attributes with `NlasIterator` and decode only `INET_DIAG_INFO` and
+//!   `INET_DIAG_CONG`, so an attribute we do not use cannot lose a socket.
+//!
 //! # Network namespaces
 //!
 //! A netlink socket answers for the network namespace it was created in,
 //! for its whole life, whichever namespace the thread using it is in later.
-//! [`DiagSocket::open_in_netns`] therefore opens the namespace file (e.g.
-//! `/run/netns/<name>`, bind-mounted there by `ip netns add`), starts a
-//! short-lived scoped helper thread that calls `setns(fd, CLONE_NEWNET)` —
-//! which only moves that thread — creates the socket there and hands the fd
-//! back before exiting. The calling thread's namespace is never touched, and
-//! the resulting [`DiagSocket`] can be used from any thread afterwards.
+//! [`DiagSocket::open_in_netns`] creates the socket through
+//! [`ccctl_sys::netns::run_in`] (a short-lived helper thread enters the
+//! namespace, creates the socket and exits); the calling thread's namespace
+//! is never touched, and the resulting [`DiagSocket`] can be used from any
+//! thread afterwards.
 //!
 //! # `struct tcp_info` fields and units
 //!
@@ -79,13 +103,25 @@
 //! next dump starts clean. Replies carrying another sequence number (left
 //! over from an aborted dump) are ignored.
 
-use std::fs::File;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::net::{IpAddr, SocketAddrV4};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{mpsc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use netlink_packet_core::{
+    DoneBuffer, ErrorBuffer, NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NlasIterator, Parseable, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_DUMP,
+    NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use netlink_packet_sock_diag::{
+    constants::{AF_INET, INET_DIAG_CONG, INET_DIAG_INFO, IPPROTO_TCP},
+    inet::{ExtensionFlags, InetRequest, InetResponseHeader, SocketId, StateFlags},
+    SockDiagMessage, SOCK_DIAG_BY_FAMILY,
+};
+use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket, SocketAddr};
 
 /// TCP states as used in [`TcpSocket::state`] (`include/net/tcp_states.h`).
 pub mod tcp_state {
@@ -141,23 +177,9 @@ pub const SENDER_STATES: u32 = tcp_state::bit(tcp_state::ESTABLISHED)
 /// to and including `tcpi_total_retrans` (offset 100, 4 bytes).
 pub const TCP_INFO_MIN_LEN: usize = 104;
 
-// Netlink / sock_diag wire constants (linux/netlink.h, linux/sock_diag.h,
-// linux/inet_diag.h).
-const NLMSG_HDRLEN: usize = 16;
-const NLMSG_NOOP: u16 = 1;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLMSG_OVERRUN: u16 = 4;
-const NLM_F_REQUEST: u16 = 0x01;
-const NLM_F_DUMP_INTR: u16 = 0x10;
-const NLM_F_DUMP: u16 = 0x100 | 0x200; // NLM_F_ROOT | NLM_F_MATCH
-const SOCK_DIAG_BY_FAMILY: u16 = 20;
-const INET_DIAG_REQ_V2_LEN: usize = 56;
+/// `sizeof(struct inet_diag_msg)`: the fixed part of every reply, before
+/// its attributes.
 const INET_DIAG_MSG_LEN: usize = 72;
-const INET_DIAG_INFO: u16 = 2;
-const INET_DIAG_CONG: u16 = 4;
-const RTA_HDRLEN: usize = 4;
-const NLA_TYPE_MASK: u16 = !(0x8000 | 0x4000); // strip NLA_F_NESTED / NLA_F_NET_BYTEORDER
 
 /// Receive buffer size. The kernel sizes dump datagrams to at most ~32 KiB
 /// (and to the reader's buffer), so this is never expected to truncate.
@@ -183,14 +205,11 @@ pub enum DiagError {
         #[source]
         source: io::Error,
     },
-    #[error("starting helper thread to enter network namespace {}: {source}", .path.display())]
-    Thread {
-        path: PathBuf,
+    #[error("starting the socket sampler thread: {source}")]
+    Sampler {
         #[source]
         source: io::Error,
     },
-    #[error("helper thread entering network namespace {} panicked", .path.display())]
-    ThreadPanicked { path: PathBuf },
     #[error("creating NETLINK_SOCK_DIAG socket: {source}")]
     Socket {
         #[source]
@@ -282,16 +301,6 @@ pub struct TcpInfo {
     pub bytes_retrans: Option<u64>,
 }
 
-fn u16_ne(b: &[u8], off: usize) -> Option<u16> {
-    let s = b.get(off..off.checked_add(2)?)?;
-    Some(u16::from_ne_bytes([s[0], s[1]]))
-}
-
-fn u16_be(b: &[u8], off: usize) -> Option<u16> {
-    let s = b.get(off..off.checked_add(2)?)?;
-    Some(u16::from_be_bytes([s[0], s[1]]))
-}
-
 fn u32_ne(b: &[u8], off: usize) -> Option<u32> {
     let s = b.get(off..off.checked_add(4)?)?;
     Some(u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
@@ -360,34 +369,31 @@ pub fn parse_tcp_info(b: &[u8]) -> Option<TcpInfo> {
 
 /// Builds `nlmsghdr` + `inet_diag_req_v2` for a dump of `family` TCP sockets
 /// in `states`, requesting INET_DIAG_INFO and INET_DIAG_CONG.
-fn build_request(seq: u32, family: u8, states: u32) -> [u8; NLMSG_HDRLEN + INET_DIAG_REQ_V2_LEN] {
-    const LEN: usize = NLMSG_HDRLEN + INET_DIAG_REQ_V2_LEN;
-    let mut m = [0u8; LEN];
-    // struct nlmsghdr
-    m[0..4].copy_from_slice(&(LEN as u32).to_ne_bytes()); // nlmsg_len
-    m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes()); // nlmsg_type
-    m[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes()); // nlmsg_flags
-    m[8..12].copy_from_slice(&seq.to_ne_bytes()); // nlmsg_seq
-                                                  // nlmsg_pid = 0 (bytes 12..16)
-                                                  // struct inet_diag_req_v2
-    let r = NLMSG_HDRLEN;
-    m[r] = family; // sdiag_family
-    m[r + 1] = libc::IPPROTO_TCP as u8; // sdiag_protocol
-    m[r + 2] = (1u8 << (INET_DIAG_INFO - 1)) | (1u8 << (INET_DIAG_CONG - 1)); // idiag_ext
-                                                                              // pad = 0
-    m[r + 4..r + 8].copy_from_slice(&states.to_ne_bytes()); // idiag_states
-                                                            // struct inet_diag_sockid id: all zero (no filter; cookie 0 = none)
-    m
-}
-
-/// Decodes the IPv4 address at the start of a 16-byte `__be32[4]` field.
-fn ipv4_at(b: &[u8], off: usize) -> Option<Ipv4Addr> {
-    let s = b.get(off..off.checked_add(4)?)?;
-    Some(Ipv4Addr::new(s[0], s[1], s[2], s[3]))
+fn build_request(seq: u32, family: u8, states: u32) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = seq;
+    let request = InetRequest {
+        family,
+        protocol: IPPROTO_TCP,
+        extensions: ExtensionFlags::INFO | ExtensionFlags::CONG,
+        // Retained as given: the crate's flags have no NEW_SYN_RECV bit.
+        states: StateFlags::from_bits_retain(states),
+        // All zero: no filter (cookie 0 = none).
+        socket_id: SocketId::new_v4(),
+    };
+    let mut msg = NetlinkMessage::new(
+        header,
+        NetlinkPayload::InnerMessage(SockDiagMessage::InetRequest(request)),
+    );
+    msg.finalize();
+    let mut buf = vec![0u8; msg.buffer_len()];
+    msg.serialize(&mut buf);
+    buf
 }
 
 /// Parses the payload of one `SOCK_DIAG_BY_FAMILY` reply message:
-/// `struct inet_diag_msg` followed by rtattrs. Returns `Ok(None)` for a
+/// `struct inet_diag_msg` followed by attributes. Returns `Ok(None)` for a
 /// socket of another address family.
 fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagError> {
     if p.len() < INET_DIAG_MSG_LEN {
@@ -396,45 +402,34 @@ fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagError> {
             p.len()
         )));
     }
-    // struct inet_diag_msg layout:
-    //   0 family u8, 1 state u8, 2 timer u8, 3 retrans u8,
-    //   4 sockid { 4 sport be16, 6 dport be16, 8 src be32[4], 24 dst be32[4],
-    //              40 if u32, 44 cookie u32[2] },
-    //   52 expires, 56 rqueue, 60 wqueue, 64 uid, 68 inode (u32 each)
     let family = p[0];
-    let state = p[1];
-    if i32::from(family) != libc::AF_INET {
+    if family != AF_INET {
         tracing::trace!(family, "sock_diag: skipping socket of another family");
         return Ok(None);
     }
-    let short = || parse_err("inet_diag_msg shorter than its fixed layout");
-    let sport = u16_be(p, 4).ok_or_else(short)?;
-    let dport = u16_be(p, 6).ok_or_else(short)?;
-    let src = ipv4_at(p, 8).ok_or_else(short)?;
-    let dst = ipv4_at(p, 24).ok_or_else(short)?;
-    let cookie_lo = u32_ne(p, 44).ok_or_else(short)?;
-    let cookie_hi = u32_ne(p, 48).ok_or_else(short)?;
+    let h = InetResponseHeader::parse(&p[..INET_DIAG_MSG_LEN])
+        .map_err(|e| parse_err(format!("inet_diag_msg: {e}")))?;
+    let id = &h.socket_id;
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (id.source_address, id.destination_address) else {
+        return Err(parse_err("AF_INET socket with IPv6 addresses"));
+    };
+    // `__u32 idiag_cookie[2]`, each in host order, low word first.
+    let c = id.cookie;
+    let cookie_lo = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+    let cookie_hi = u32::from_ne_bytes([c[4], c[5], c[6], c[7]]);
     let mut sock = TcpSocket {
-        local: SocketAddrV4::new(src, sport),
-        remote: SocketAddrV4::new(dst, dport),
-        state,
+        local: SocketAddrV4::new(src, id.source_port),
+        remote: SocketAddrV4::new(dst, id.destination_port),
+        state: h.state,
         cookie: u64::from(cookie_hi) << 32 | u64::from(cookie_lo),
         cc: None,
         info: None,
     };
 
-    let mut rest = p.get(align4(INET_DIAG_MSG_LEN)..).unwrap_or(&[]);
-    while rest.len() >= RTA_HDRLEN {
-        let rta_len = usize::from(u16_ne(rest, 0).unwrap_or(0));
-        let rta_type = u16_ne(rest, 2).unwrap_or(0) & NLA_TYPE_MASK;
-        if rta_len < RTA_HDRLEN || rta_len > rest.len() {
-            return Err(parse_err(format!(
-                "rtattr type {rta_type} with length {rta_len}, {} bytes left",
-                rest.len()
-            )));
-        }
-        let data = &rest[RTA_HDRLEN..rta_len];
-        match rta_type {
+    for attr in NlasIterator::new(&p[INET_DIAG_MSG_LEN..]) {
+        let attr = attr.map_err(|e| parse_err(format!("inet_diag attribute: {e}")))?;
+        let data = attr.value();
+        match attr.kind() {
             INET_DIAG_INFO => {
                 sock.info = parse_tcp_info(data);
                 if sock.info.is_none() {
@@ -445,6 +440,8 @@ fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagError> {
                 }
             }
             INET_DIAG_CONG => {
+                // A NUL-terminated name; a non-UTF-8 one is shown lossily
+                // rather than losing the socket.
                 let name = data.split(|&c| c == 0).next().unwrap_or(&[]);
                 if !name.is_empty() {
                     sock.cc = Some(String::from_utf8_lossy(name).into_owned());
@@ -452,7 +449,6 @@ fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagError> {
             }
             _ => {}
         }
-        rest = rest.get(align4(rta_len)..).unwrap_or(&[]);
     }
     Ok(Some(sock))
 }
@@ -488,25 +484,23 @@ impl<'a> Dump<'a> {
     /// Walks the netlink messages of one received datagram.
     fn feed(&mut self, mut d: &[u8]) {
         while !d.is_empty() && !self.done {
-            if d.len() < NLMSG_HDRLEN {
-                self.record(parse_err(format!(
-                    "{} trailing bytes, shorter than a netlink header",
-                    d.len()
-                )));
-                return;
-            }
-            let len = u32_ne(d, 0).map_or(0, |v| v as usize);
-            let typ = u16_ne(d, 4).unwrap_or(0);
-            let flags = u16_ne(d, 6).unwrap_or(0);
-            let seq = u32_ne(d, 8).unwrap_or(0);
-            if len < NLMSG_HDRLEN || len > d.len() {
-                self.record(parse_err(format!(
-                    "netlink message length {len} with {} bytes in datagram",
-                    d.len()
-                )));
-                return;
-            }
-            let payload = &d[NLMSG_HDRLEN..len];
+            let msg = match NetlinkBuffer::new_checked(d) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.record(parse_err(format!(
+                        "netlink message in a datagram of {} bytes: {e}",
+                        d.len()
+                    )));
+                    return;
+                }
+            };
+            let (len, typ, flags, seq) = (
+                msg.length() as usize,
+                msg.message_type(),
+                msg.flags(),
+                msg.sequence_number(),
+            );
+            let payload = msg.payload();
             d = d.get(align4(len)..).unwrap_or(&[]);
 
             if seq != self.seq {
@@ -527,24 +521,23 @@ impl<'a> Dump<'a> {
                     self.done = true;
                     // Payload is an int: 0, or a negative errno if the dump
                     // failed part-way.
-                    if let Some(v) = u32_ne(payload, 0) {
-                        let errno = v as i32;
-                        if errno < 0 {
+                    if let Ok(done) = DoneBuffer::new_checked(payload) {
+                        if done.code() < 0 {
                             self.record(DiagError::Kernel {
-                                source: io::Error::from_raw_os_error(errno.saturating_neg()),
+                                source: io::Error::from_raw_os_error(done.code().saturating_neg()),
                             });
                         }
                     }
                 }
-                NLMSG_ERROR => match u32_ne(payload, 0).map(|v| v as i32) {
-                    Some(0) => {} // an ACK; not requested, harmless
-                    Some(errno) => {
+                NLMSG_ERROR => match ErrorBuffer::new_checked(payload).map(|e| e.code()) {
+                    Ok(None) => {} // an ACK; not requested, harmless
+                    Ok(Some(errno)) => {
                         self.done = true;
                         self.record(DiagError::Kernel {
-                            source: io::Error::from_raw_os_error(errno.saturating_neg()),
+                            source: io::Error::from_raw_os_error(errno.get().saturating_neg()),
                         });
                     }
-                    None => {
+                    Err(_) => {
                         self.done = true;
                         self.record(parse_err("NLMSG_ERROR without an error code"));
                     }
@@ -576,53 +569,35 @@ struct DumpState {
 ///
 /// `Send + Sync`; concurrent dumps on one socket are serialised.
 pub struct DiagSocket {
-    fd: OwnedFd,
+    sock: Socket,
     state: Mutex<DumpState>,
 }
 
 impl std::fmt::Debug for DiagSocket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiagSocket")
-            .field("fd", &self.fd.as_raw_fd())
+            .field("fd", &self.sock.as_raw_fd())
             .finish()
     }
 }
 
 impl AsFd for DiagSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.sock.as_fd()
     }
 }
 
-/// `socket(AF_NETLINK, SOCK_DGRAM|SOCK_CLOEXEC, NETLINK_SOCK_DIAG)` in the
-/// calling thread's network namespace.
-fn netlink_socket() -> Result<OwnedFd, DiagError> {
-    // SAFETY: plain syscall, no pointers.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    if raw < 0 {
-        return Err(DiagError::Socket {
-            source: io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: `raw` is a freshly created fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+/// A NETLINK_SOCK_DIAG socket in the calling thread's network namespace.
+fn netlink_socket() -> Result<Socket, DiagError> {
+    Socket::new(NETLINK_SOCK_DIAG).map_err(|source| DiagError::Socket { source })
 }
 
-fn retry_eintr(mut f: impl FnMut() -> isize) -> io::Result<usize> {
+/// Runs `f` again while it fails with EINTR.
+fn retry_eintr<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     loop {
-        let n = f();
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
         }
     }
 }
@@ -630,68 +605,42 @@ fn retry_eintr(mut f: impl FnMut() -> isize) -> io::Result<usize> {
 impl DiagSocket {
     /// Socket in the caller's current network namespace.
     pub fn open() -> Result<Self, DiagError> {
-        Self::from_fd(netlink_socket()?)
+        Self::from_socket(netlink_socket()?)
     }
 
     /// Socket in the namespace at `netns_path` (e.g. `/run/netns/foo`, or
     /// `/proc/<pid>/ns/net`). The socket stays bound to that namespace for
-    /// its life. The calling thread's namespace is left untouched: the
-    /// `setns(CLONE_NEWNET)` happens in a short-lived helper thread that
-    /// only creates the socket.
+    /// its life. The calling thread's namespace is left untouched (see the
+    /// module docs).
     pub fn open_in_netns(netns_path: &Path) -> Result<Self, DiagError> {
-        let ns = File::open(netns_path).map_err(|source| DiagError::OpenNetns {
+        // Opened here first so that a missing namespace is told apart from
+        // one that cannot be entered.
+        std::fs::File::open(netns_path).map_err(|source| DiagError::OpenNetns {
             path: netns_path.to_path_buf(),
             source,
         })?;
-        let fd = std::thread::scope(|s| {
-            let helper = std::thread::Builder::new()
-                .name("diag-setns".into())
-                .spawn_scoped(s, || {
-                    // SAFETY: valid fd; CLONE_NEWNET only moves this thread,
-                    // which exits right after creating the socket.
-                    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                        return Err(DiagError::EnterNetns {
-                            path: netns_path.to_path_buf(),
-                            source: io::Error::last_os_error(),
-                        });
-                    }
-                    netlink_socket()
-                })
-                .map_err(|source| DiagError::Thread {
-                    path: netns_path.to_path_buf(),
-                    source,
-                })?;
-            helper.join().map_err(|_| DiagError::ThreadPanicked {
-                path: netns_path.to_path_buf(),
-            })?
-        })?;
+        let sock = ccctl_sys::netns::run_in(netns_path, netlink_socket).map_err(|e| {
+            DiagError::EnterNetns {
+                path: e.path,
+                source: e.source,
+            }
+        })??;
         tracing::debug!(netns = %netns_path.display(), "opened sock_diag socket in namespace");
-        Self::from_fd(fd)
+        Self::from_socket(sock)
     }
 
-    fn from_fd(fd: OwnedFd) -> Result<Self, DiagError> {
-        let tv = libc::timeval {
-            tv_sec: RECV_TIMEOUT.as_secs() as libc::time_t,
-            tv_usec: RECV_TIMEOUT.subsec_micros() as libc::suseconds_t,
-        };
-        // SAFETY: valid fd, pointer/length describe `tv`.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(DiagError::SockOpt {
-                what: "SO_RCVTIMEO",
-                source: io::Error::last_os_error(),
-            });
-        }
+    fn from_socket(sock: Socket) -> Result<Self, DiagError> {
+        rustix::net::sockopt::set_socket_timeout(
+            &sock,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(RECV_TIMEOUT),
+        )
+        .map_err(|e| DiagError::SockOpt {
+            what: "SO_RCVTIMEO",
+            source: e.into(),
+        })?;
         Ok(DiagSocket {
-            fd,
+            sock,
             state: Mutex::new(DumpState {
                 seq: 0,
                 buf: vec![0u8; RECV_BUF_LEN],
@@ -705,6 +654,15 @@ impl DiagSocket {
     /// `tcp_info` and congestion-control name.
     pub fn tcp_sockets(&self) -> Result<Vec<TcpSocket>, DiagError> {
         self.tcp_sockets_in_states(SENDER_STATES)
+    }
+
+    /// The local ports of the IPv4 TCP sockets in `LISTEN`.
+    pub fn listening_ports(&self) -> Result<Vec<u16>, DiagError> {
+        Ok(self
+            .tcp_sockets_in_states(tcp_state::bit(tcp_state::LISTEN))?
+            .iter()
+            .map(|s| s.local.port())
+            .collect())
     }
 
     /// Like [`tcp_sockets`](Self::tcp_sockets) for an arbitrary
@@ -724,13 +682,22 @@ impl DiagSocket {
         }
     }
 
+    /// Receives one datagram into `buf`; returns its full length, which is
+    /// larger than `buf` if it was truncated (`MSG_TRUNC`).
+    fn recv(&self, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+        retry_eintr(|| {
+            let mut window: &mut [u8] = &mut *buf;
+            self.sock.recv(&mut window, flags | libc::MSG_TRUNC)
+        })
+    }
+
     fn dump_once(&self, st: &mut DumpState, states: u32) -> Result<Vec<TcpSocket>, DiagError> {
         if st.dirty {
             self.drain(st);
         }
         st.seq = st.seq.wrapping_add(1);
         let seq = st.seq;
-        let req = build_request(seq, libc::AF_INET as u8, states);
+        let req = build_request(seq, AF_INET, states);
         self.send(&req)?;
         st.dirty = true;
 
@@ -738,11 +705,8 @@ impl DiagSocket {
         let mut dump = Dump::new(seq, &mut out);
         while !dump.done {
             let cap = st.buf.len();
-            let fd = self.fd.as_raw_fd();
-            let buf = st.buf.as_mut_ptr();
-            // SAFETY: `buf` points to `cap` writable bytes. MSG_TRUNC makes
-            // netlink return the datagram's full length even if larger.
-            let n = retry_eintr(|| unsafe { libc::recv(fd, buf.cast(), cap, libc::MSG_TRUNC) })
+            let n = self
+                .recv(&mut st.buf, 0)
                 .map_err(|source| DiagError::Recv { source });
             let n = match n {
                 Ok(n) => n,
@@ -781,22 +745,10 @@ impl DiagSocket {
     }
 
     fn send(&self, req: &[u8]) -> Result<(), DiagError> {
-        // SAFETY: all-zero is a valid sockaddr_nl (pid 0 = the kernel).
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        let fd = self.fd.as_raw_fd();
-        // SAFETY: `req` and `kernel` are valid for the lengths given.
-        let sent = retry_eintr(|| unsafe {
-            libc::sendto(
-                fd,
-                req.as_ptr().cast(),
-                req.len(),
-                0,
-                (&kernel as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        })
-        .map_err(|source| DiagError::Send { source })?;
+        // Port 0 is the kernel.
+        let kernel = SocketAddr::new(0, 0);
+        let sent = retry_eintr(|| self.sock.send_to(req, &kernel, 0))
+            .map_err(|source| DiagError::Send { source })?;
         if sent != req.len() {
             return Err(DiagError::Send {
                 source: io::Error::new(
@@ -812,15 +764,9 @@ impl DiagSocket {
     /// also lets the kernel finish that dump, so a new one is not refused
     /// with EBUSY.
     fn drain(&self, st: &mut DumpState) {
-        let fd = self.fd.as_raw_fd();
-        let cap = st.buf.len();
-        let buf = st.buf.as_mut_ptr();
         let mut discarded = 0usize;
         for _ in 0..100_000 {
-            // SAFETY: `buf` points to `cap` writable bytes.
-            match retry_eintr(|| unsafe {
-                libc::recv(fd, buf.cast(), cap, libc::MSG_DONTWAIT | libc::MSG_TRUNC)
-            }) {
+            match self.recv(&mut st.buf, libc::MSG_DONTWAIT) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => discarded += 1,
             }
@@ -830,13 +776,188 @@ impl DiagSocket {
     }
 }
 
+/// One reading of one socket's `tcp_info`: the lab's record of a socket
+/// over time (a flow's samples, a [`Sampler`]'s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Seconds since sampling started.
+    pub t: f64,
+    pub info: TcpInfo,
+}
+
+/// Everything a [`Sampler`] saw of one socket (one inet_diag cookie).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SocketTrack {
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    pub cookie: u64,
+    /// Congestion-control names in the order they were reported
+    /// (`INET_DIAG_CONG`), repeats in a row collapsed: `["bpf_bbr"]` for a
+    /// socket that ran bpf_bbr throughout.
+    pub cc: Vec<String>,
+    /// The readings that carried a `tcp_info`.
+    pub samples: Vec<Sample>,
+}
+
+/// What a [`Sampler`] collected.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Samples {
+    /// In the order the sockets were first seen.
+    pub sockets: Vec<SocketTrack>,
+    /// Dumps attempted.
+    pub ticks: u64,
+    /// Dumps that failed, and the last error seen.
+    pub failures: u64,
+    pub last_error: Option<String>,
+}
+
+impl Samples {
+    /// The sockets whose local port is `port` (e.g.
+    /// `FlowResult::local_port`, to keep only an iperf3 data connection).
+    pub fn for_local_port(&self, port: u16) -> impl Iterator<Item = &SocketTrack> {
+        self.sockets.iter().filter(move |s| s.local.port() == port)
+    }
+
+    /// The sockets whose peer port is `port` (data and control connections
+    /// of an iperf3 flow both match).
+    pub fn for_peer_port(&self, port: u16) -> impl Iterator<Item = &SocketTrack> {
+        self.sockets.iter().filter(move |s| s.remote.port() == port)
+    }
+
+    fn add(&mut self, t: f64, sock: TcpSocket) {
+        let i = match self.sockets.iter().position(|s| s.cookie == sock.cookie) {
+            Some(i) => i,
+            None => {
+                self.sockets.push(SocketTrack {
+                    local: sock.local,
+                    remote: sock.remote,
+                    cookie: sock.cookie,
+                    cc: Vec::new(),
+                    samples: Vec::new(),
+                });
+                self.sockets.len() - 1
+            }
+        };
+        let track = &mut self.sockets[i];
+        if let Some(cc) = sock.cc {
+            if track.cc.last() != Some(&cc) {
+                track.cc.push(cc);
+            }
+        }
+        if let Some(info) = sock.info {
+            track.samples.push(Sample { t, info });
+        }
+    }
+}
+
+/// [`Sampler`] options.
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    /// Sampling period (default 100 ms). Ticks on a fixed schedule; a tick
+    /// that overruns skips the missed ones.
+    pub interval: Duration,
+    /// `idiag_states` mask of the sockets to sample (default
+    /// [`SENDER_STATES`]).
+    pub states: u32,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            interval: Duration::from_millis(100),
+            states: SENDER_STATES,
+        }
+    }
+}
+
+/// Samples every TCP socket of one network namespace on a fixed period,
+/// in a thread of its own; [`Sampler::stop`] returns what it saw. Dropping
+/// it without `stop` stops the thread too.
+#[derive(Debug)]
+pub struct Sampler {
+    stop: Option<mpsc::Sender<()>>,
+    handle: Option<JoinHandle<Samples>>,
+}
+
+impl Sampler {
+    /// Starts sampling in the namespace at `netns_path` (e.g.
+    /// `ccctl_sys::netns::named(&tb.ns(role))`). The socket is opened and
+    /// dumped once before this returns, so a missing namespace fails here
+    /// rather than silently.
+    pub fn start(netns_path: &Path, cfg: SamplerConfig) -> Result<Self, DiagError> {
+        let diag = DiagSocket::open_in_netns(netns_path)?;
+        diag.tcp_sockets_in_states(cfg.states)?;
+        let interval = cfg.interval.max(Duration::from_millis(1));
+        let (stop, stopped) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("sockdiag-sampler".into())
+            .spawn(move || {
+                let mut s = Samples::default();
+                let t0 = Instant::now();
+                let mut k: u32 = 0;
+                loop {
+                    let t = t0.elapsed().as_secs_f64();
+                    s.ticks += 1;
+                    match diag.tcp_sockets_in_states(cfg.states) {
+                        Ok(socks) => socks.into_iter().for_each(|sock| s.add(t, sock)),
+                        Err(e) => {
+                            s.failures += 1;
+                            s.last_error = Some(e.to_string());
+                        }
+                    }
+                    // Next tick on the fixed schedule, skipping missed ones.
+                    let el = t0.elapsed();
+                    k = k.max((el.as_nanos() / interval.as_nanos()) as u32) + 1;
+                    let wait = (interval * k).saturating_sub(t0.elapsed());
+                    match stopped.recv_timeout(wait) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return s,
+                    }
+                }
+            })
+            .map_err(|source| DiagError::Sampler { source })?;
+        Ok(Sampler {
+            stop: Some(stop),
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops the thread and returns everything sampled.
+    pub fn stop(mut self) -> Samples {
+        self.finish().unwrap_or_default()
+    }
+
+    fn finish(&mut self) -> Option<Samples> {
+        drop(self.stop.take());
+        let h = self.handle.take()?;
+        Some(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.finish();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
     use std::process::{Child, Command, Stdio};
     use std::time::Instant;
+
+    /// `sizeof(struct nlmsghdr)`, `sizeof(struct rtattr)`.
+    const NLMSG_HDRLEN: usize = 16;
+    const RTA_HDRLEN: usize = 4;
+
+    fn u16_ne(b: &[u8], off: usize) -> Option<u16> {
+        let s = b.get(off..off.checked_add(2)?)?;
+        Some(u16::from_ne_bytes([s[0], s[1]]))
+    }
 
     fn put32(b: &mut [u8], off: usize, v: u32) {
         b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
@@ -1239,6 +1360,132 @@ mod tests {
         Ok(())
     }
 
+    fn socket(cookie: u64, local_port: u16, cc: Option<&str>, acked: Option<u64>) -> TcpSocket {
+        TcpSocket {
+            local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), local_port),
+            remote: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 5201),
+            state: tcp_state::ESTABLISHED,
+            cookie,
+            cc: cc.map(str::to_string),
+            info: acked.map(|a| TcpInfo {
+                bytes_acked: Some(a),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn samples_follow_each_socket_by_cookie() {
+        let mut s = Samples::default();
+        s.add(0.0, socket(7, 40000, Some("cubic"), Some(1)));
+        s.add(0.0, socket(8, 40001, Some("cubic"), Some(5)));
+        s.add(0.1, socket(7, 40000, Some("cubic"), None)); // no tcp_info
+        s.add(0.2, socket(7, 40000, Some("bpf_bbr"), Some(3)));
+        s.add(0.3, socket(7, 40000, None, Some(4))); // no name
+        s.add(0.4, socket(7, 40000, Some("bpf_bbr"), Some(9)));
+        // A later socket on the same local port is another socket.
+        s.add(0.5, socket(9, 40000, Some("reno"), Some(2)));
+
+        let mine: Vec<&SocketTrack> = s.for_local_port(40000).collect();
+        assert_eq!(mine.len(), 2);
+        assert_eq!(mine[0].cookie, 7);
+        assert_eq!(mine[0].cc, ["cubic", "bpf_bbr"]);
+        let seen: Vec<(f64, Option<u64>)> = mine[0]
+            .samples
+            .iter()
+            .map(|x| (x.t, x.info.bytes_acked))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (0.0, Some(1)),
+                (0.2, Some(3)),
+                (0.3, Some(4)),
+                (0.4, Some(9))
+            ]
+        );
+        assert_eq!(
+            (mine[1].cookie, mine[1].cc.as_slice()),
+            (9, &["reno".to_string()][..])
+        );
+        assert_eq!(s.for_local_port(40001).count(), 1);
+        assert_eq!(s.for_peer_port(5201).count(), 3);
+        assert_eq!(s.for_peer_port(40000).count(), 0);
+    }
+
+    #[test]
+    fn sampler_fails_fast_on_missing_namespace() {
+        let e = Sampler::start(
+            Path::new("/run/netns/ccctl-no-such-ns"),
+            SamplerConfig::default(),
+        )
+        .expect_err("no such namespace");
+        assert!(e.to_string().contains("ccctl-no-such-ns"), "{e}");
+    }
+
+    #[test]
+    fn live_sampler_follows_a_loopback_connection() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let server_addr = listener.local_addr()?;
+        let sampler = Sampler::start(
+            Path::new("/proc/self/ns/net"),
+            SamplerConfig {
+                interval: Duration::from_millis(20),
+                ..Default::default()
+            },
+        )?;
+        let mut client = TcpStream::connect(server_addr)?;
+        let client_port = client.local_addr()?.port();
+        let (mut server, _) = listener.accept()?;
+        // What the kernel says the socket runs, asked without inet_diag.
+        let cc = rustix::net::sockopt::tcp_congestion(&client)?;
+        const N: usize = 1 << 20;
+        let reader = std::thread::spawn(move || -> std::io::Result<()> {
+            let mut got = vec![0u8; N];
+            server.read_exact(&mut got)
+        });
+        for _ in 0..8 {
+            client.write_all(&vec![0x5a; N / 8])?;
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        reader.join().map_err(|_| "reader panicked")??;
+        std::thread::sleep(Duration::from_millis(100));
+        let samples = sampler.stop();
+
+        let mine: Vec<&SocketTrack> = samples.for_local_port(client_port).collect();
+        assert_eq!(mine.len(), 1, "{samples:#?}");
+        let track = mine[0];
+        assert_eq!(track.remote.port(), server_addr.port());
+        assert_eq!(track.cc, [cc]);
+        assert!(track.samples.len() >= 5, "{} samples", track.samples.len());
+        assert!(track.samples.windows(2).all(|w| w[0].t < w[1].t));
+        let acked: Vec<u64> = track
+            .samples
+            .iter()
+            .map(|x| x.info.bytes_acked.unwrap_or(0))
+            .collect();
+        assert!(acked.windows(2).all(|w| w[0] <= w[1]), "{acked:?}");
+        assert!(acked.last().is_some_and(|&a| a >= N as u64), "{acked:?}");
+        assert!(samples.ticks >= track.samples.len() as u64);
+        assert_eq!(samples.failures, 0, "{:?}", samples.last_error);
+        Ok(())
+    }
+
+    #[test]
+    fn listening_ports_are_the_listeners_only() -> Result<(), Box<dyn std::error::Error>> {
+        let diag = DiagSocket::open()?;
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let client = TcpStream::connect(listener.local_addr()?)?;
+        let (_server, _) = listener.accept()?;
+        let ports = diag.listening_ports()?;
+        assert!(ports.contains(&port), "{port} not in {ports:?}");
+        assert!(!ports.contains(&client.local_addr()?.port()));
+        drop(listener);
+        assert!(!diag.listening_ports()?.contains(&port));
+        Ok(())
+    }
+
     #[test]
     fn open_in_netns_errors() {
         match DiagSocket::open_in_netns(Path::new("/run/netns/diag-does-not-exist")) {
@@ -1257,8 +1504,7 @@ mod tests {
     }
 
     fn is_root() -> bool {
-        // SAFETY: no arguments, cannot fail.
-        unsafe { libc::geteuid() == 0 }
+        rustix::process::geteuid().is_root()
     }
 
     fn have(cmd: &str, arg: &str) -> bool {

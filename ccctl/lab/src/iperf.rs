@@ -3,7 +3,7 @@
 //! client per flow in a sender namespace with `-C <cc> -J`; JSON parsed with
 //! serde.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -331,13 +331,6 @@ impl Server {
     }
 }
 
-fn now_unix() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 /// Waits until every server's port is listening in the receiver namespace,
 /// watching its listening sockets through inet_diag. (The servers bind the
 /// receiver's IPv4 address, so their sockets are `AF_INET`.)
@@ -419,7 +412,7 @@ pub fn spawn_flows(tb: &Testbed, specs: &[FlowSpec]) -> Result<RunningFlows> {
     let rx = tb.receiver_addr().to_string();
     let mut flows = Vec::with_capacity(specs.len());
     let mut max_runtime = Duration::ZERO;
-    let t0 = now_unix();
+    let t0 = ccctl_core::sys::time::now_unix_f64();
     for (spec, &port) in specs.iter().zip(&ports) {
         let mut argv: Vec<String> = vec![
             "iperf3".into(),

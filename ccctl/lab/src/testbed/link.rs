@@ -200,10 +200,11 @@ impl IfSock {
             _union_rest: [0; 16],
         };
         ifr.name[..dev.len()].copy_from_slice(dev.as_bytes());
-        // SAFETY: SIOCETHTOOL reads the ifreq `ifr` and, through its data
-        // pointer, reads and writes the request in `data`; both outlive the
-        // call, and each caller sizes `data` for its command (ethtool's own
-        // length fields, which the kernel checks against nothing else).
+        // SAFETY: SIOCETHTOOL reads the ifreq `ifr` (laid out as the
+        // kernel's, at least as large) and, through its data pointer, reads
+        // and writes the request in `data`. Both outlive the call, and each
+        // caller sizes `data` for what its command's length fields (count,
+        // len, size) announce, which is all the kernel will touch.
         let r = unsafe {
             libc::ioctl(
                 self.0.as_raw_fd(),

@@ -438,15 +438,26 @@ mod tests {
     use crate::testbed::host_tests::alive_not_zombie;
 
     /// Not a test by itself: the body of the child process of
-    /// `signal_tears_down_everything` (a no-op unless `CHILD_ENV` is set).
-    /// Builds a testbed, starts a daemonised iperf3 server in the receiver
-    /// and a `sleep` child in the sender, reports the pids, then blocks.
+    /// `signal_tears_down_everything` and
+    /// `a_program_recording_ending_signals_keeps_them` (a no-op unless
+    /// `CHILD_ENV` is set). Builds a testbed, starts a daemonised iperf3
+    /// server in the receiver and a `sleep` child in the sender, reports the
+    /// pids, then blocks. With `CHILD_ENV` set to `record-before` or
+    /// `record-after` the child records ending signals itself
+    /// ([`ccctl_sys::signals::record_ending`]) before or after the testbed
+    /// is built.
     #[test]
     fn signal_child() {
-        if std::env::var_os(CHILD_ENV).is_none() {
+        let Some(mode) = std::env::var_os(CHILD_ENV) else {
             return;
+        };
+        if mode == "record-before" {
+            ccctl_sys::signals::record_ending();
         }
         let tb = Testbed::new(TestbedConfig::new(10_000_000, 100_000)).unwrap();
+        if mode == "record-after" {
+            ccctl_sys::signals::record_ending();
+        }
         tb.exec(
             Role::Receiver,
             &["iperf3", "-s", "-D", "-p", "5201", "-B", "198.18.0.2"],
@@ -490,12 +501,23 @@ mod tests {
         }
     }
 
-    fn run_and_signal(signal: Signal) {
-        let sig = signal.as_raw();
+    /// A `signal_child` started in `mode` and ready: its testbed built,
+    /// its processes running.
+    struct Started {
+        guard: ChildGuard,
+        pid: i32,
+        /// The processes inside its namespaces.
+        pids: Vec<i32>,
+        /// `ccctl-<pid>-`: the prefix of its namespaces.
+        prefix: String,
+        stderr: thread::JoinHandle<String>,
+    }
+
+    fn start_child(mode: &str) -> Started {
         let exe = std::env::current_exe().unwrap();
         let child = Command::new(exe)
             .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, "1")
+            .env(CHILD_ENV, mode)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -538,7 +560,24 @@ mod tests {
         for &p in &pids {
             assert!(alive_not_zombie(p), "pid {p} not running before the signal");
         }
+        Started {
+            guard,
+            pid,
+            pids,
+            prefix,
+            stderr: err_thread,
+        }
+    }
 
+    fn run_and_signal(signal: Signal) {
+        let sig = signal.as_raw();
+        let Started {
+            mut guard,
+            pid,
+            pids,
+            prefix,
+            stderr: err_thread,
+        } = start_child("1");
         kill_process(Pid::from_raw(pid).expect("child pid"), signal).expect("signal the child");
         let deadline = Instant::now() + Duration::from_secs(30);
         let status = loop {
@@ -573,6 +612,34 @@ mod tests {
     fn signal_tears_down_everything() {
         run_and_signal(Signal::INT);
         run_and_signal(Signal::TERM);
+    }
+
+    /// A program that records ending signals itself, from before the
+    /// testbed or only from after it, keeps them: SIGINT neither kills it
+    /// nor tears its testbed down behind its back (it winds down itself,
+    /// calling `cleanup_all`).
+    #[test]
+    fn a_program_recording_ending_signals_keeps_them() {
+        for mode in ["record-before", "record-after"] {
+            let mut c = start_child(mode);
+            kill_process(Pid::from_raw(c.pid).expect("child pid"), Signal::INT)
+                .expect("signal the child");
+            // The teardown and the re-raise take well under a second on the
+            // host (signal_tears_down_everything); wait three.
+            thread::sleep(Duration::from_secs(3));
+            let status = c.guard.0.try_wait().unwrap();
+            assert!(status.is_none(), "{mode}: the child died: {status:?}");
+            let left: Vec<String> = list_netns()
+                .into_iter()
+                .filter(|n| n.starts_with(&c.prefix))
+                .collect();
+            assert!(left.len() >= 3, "{mode}: namespaces torn down: {left:?}");
+            for &p in &c.pids {
+                assert!(alive_not_zombie(p), "{mode}: pid {p} killed");
+            }
+            drop(c.guard); // kills the child, removes its namespaces
+            let _ = c.stderr.join();
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@ use std::sync::{mpsc, Mutex, MutexGuard, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use ccctl_sys::signals::ENDING;
 use rustix::io::Errno;
 use rustix::process::{kill_process, test_kill_process, Pid, Signal};
 use signal_hook::iterator::Signals;
@@ -135,8 +136,6 @@ pub(super) fn netns_pids(ns: &str) -> Vec<i32> {
 // ---------------------------------------------------------------------------
 // The registry of live namespaces
 
-const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-
 /// Namespaces of this process that exist (or may exist) right now.
 static LIVE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 /// Set by the signal thread: no namespace may be created any more.
@@ -188,8 +187,10 @@ pub(super) fn del_netns(names: &[String]) -> Result<()> {
 ///
 /// The testbed calls this itself on SIGINT/SIGTERM/SIGHUP unless the
 /// program had its own handler (or `SIG_IGN`) for that signal when the
-/// first namespace was created; such a program must call `cleanup_all`
-/// itself when it is interrupted (not from the signal handler: it runs `ip`).
+/// first namespace was created, or records ending signals through
+/// [`ccctl_sys::signals::record_ending`] (from whenever it started); such a
+/// program must call `cleanup_all` itself when it is interrupted (not from
+/// a signal handler: it runs `ip`).
 pub fn cleanup_all() -> Vec<String> {
     teardown_locked(&mut live())
 }
@@ -302,7 +303,7 @@ pub fn sweep_stale() -> Vec<String> {
 fn install_signal_cleanup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let sigs: Vec<i32> = SIGNALS
+        let sigs: Vec<i32> = ENDING
             .into_iter()
             .filter(|&sig| {
                 let dfl = at_default_disposition(sig);

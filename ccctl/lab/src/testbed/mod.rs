@@ -1,0 +1,827 @@
+//! Network-namespace dumbbell testbed.
+//!
+//! ```text
+//!  sender0 ns ─eth0══to_s0─┐
+//!  sender1 ns ─eth0══to_s1─┤ router ns ─to_rx══eth0─ receiver ns
+//!  ...                     ┘     │
+//!                                └ bottleneck qdisc on to_rx egress
+//! ```
+//!
+//! Qdisc layout (all in the router namespace, never on a sender's own egress,
+//! where TCP Small Queues would throttle the sender locally and the buffer
+//! would never overflow):
+//!
+//! * `to_rx` root: `tbf rate R burst B limit L` (handle `1:`). With
+//!   [`Aqm::TailDrop`] tbf's built-in bfifo of `L` bytes is the bottleneck
+//!   buffer. With [`Aqm::FqCodel`] an `fq_codel` child (handle `10:`, parent
+//!   `1:1`) replaces it, its packet limit derived from the byte buffer.
+//!   * `L = buffer_bytes` (bytes as the qdisc counts them: IP packet + 14 bytes
+//!     of Ethernet header, so a full-size frame is `mtu + 14` bytes).
+//!   * `B = max(2 * (mtu + 14), ceil(R / 8 * 10 ms))`: at least two full frames
+//!     (tbf drops a packet larger than its bucket, so small rates still work)
+//!     and 10 ms worth of tokens, so a late watchdog timer (common in a TCG
+//!     guest on a busy machine) does not throw link time away; see
+//!     [`TBF_BURST_MS`]. The burst is tokens, not buffer: it never adds
+//!     queueing, and the bucket only fills while the queue is empty.
+//! * `to_sN` root (ACK path toward sender N): `netem delay RTT_N limit 100000`,
+//!   only when `RTT_N > 0`. The whole base RTT sits on the ACK path so that the
+//!   data path to the bottleneck has no extra queue and each sender keeps its
+//!   own RTT (RTT unfairness) while sharing one bottleneck.
+//! * Random loss (optional) is applied to the data path *after* the
+//!   bottleneck: in the receiver namespace, `eth0` ingress is redirected
+//!   (u32 match-all + mirred) to an `ifb0` device whose root is
+//!   `netem loss P%`.
+//!
+//! TSO/GSO/GRO are switched off on every veth end of the path, so buffer
+//! sizes mean what they say.
+//!
+//! Building spawns at most three processes whatever the number of senders
+//! (one `ip -batch`, one or two `tc -batch`) and teardown one (`ip -batch`
+//! of `netns del`): inside the TCG VM every spawn costs ~300 ms. Sysctls,
+//! links, offloads, addresses and routes are set from a helper thread that
+//! joined the namespace (see [`Testbed::build`]).
+//!
+//! The parts, by topic: `exec` (running commands and processes in
+//! namespaces, [`NsProcess`]), `netns` (namespace lifecycle: names, the
+//! registry of live namespaces, stale sweep, teardown on a signal), `link`
+//! (veths, addresses, routes, offloads, set up from inside each namespace)
+//! and `qdisc` (the tc scripts, the buffer/BDP/burst formulas, qdisc probes
+//! and counters). This module is the builder: configuration, roles, and
+//! [`Testbed`] itself.
+//!
+//! Addresses (all in 198.18.0.0/15): receiver link 198.18.0.0/24 (router .1,
+//! receiver .2), sender N link 198.18.(N+1).0/24 (sender .1, router .2).
+//!
+//! Namespace names are `ccctl-<pid>-<seq>-<role>`; [`sweep_stale`] removes
+//! namespaces left behind by dead processes.
+//!
+//! Every namespace this process creates is also in a process-global registry;
+//! SIGINT, SIGTERM and SIGHUP tear all of them down (processes inside first)
+//! before the process dies of the signal. See [`cleanup_all`] for programs
+//! that install their own handlers for those signals.
+
+mod exec;
+mod link;
+mod netns;
+mod qdisc;
+
+pub use exec::{ns_command, ns_exec, ns_spawn, ns_spawn_stdio, run, NsProcess};
+pub use link::{router_sender_dev, RECEIVER_DEV, ROUTER_RX_DEV, SENDER_DEV};
+pub use netns::{cleanup_all, sweep_stale, NS_PREFIX};
+pub use qdisc::{
+    bdp_bytes, buffer_bdp, buffer_packets, fq_codel_available, netem_available, parse_qdisc_stats,
+    qdisc_available, tbf_burst, Aqm, QdiscStats, ETH_HLEN, TBF_BURST_MS,
+};
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use exec::{run_batch, spawn_tc_batch};
+use link::{veth_line, NsSetup, IFB_DEV};
+use netns::next_prefix;
+use qdisc::{loss_qdiscs, modprobe_all, router_qdiscs};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("command `{cmd}` failed ({status}): {stderr}")]
+    Command {
+        cmd: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("cannot run `{cmd}`: {source}")]
+    Spawn {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid testbed config: {0}")]
+    Config(String),
+    #[error("{what} needs the netem qdisc, which this kernel lacks (run inside the VM)")]
+    NetemMissing { what: String },
+    #[error("{what} needs the {qdisc} qdisc, which this kernel lacks")]
+    QdiscMissing { what: String, qdisc: String },
+    #[error("timed out after {timeout:?} waiting for {what}")]
+    Timeout { what: String, timeout: Duration },
+    #[error("cannot parse {what}: {detail}")]
+    Parse { what: String, detail: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SenderConfig {
+    /// Base round-trip time of this sender's path (zero: no netem at all).
+    pub rtt: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestbedConfig {
+    /// Bottleneck rate in bit/s.
+    pub rate_bps: u64,
+    /// Bottleneck buffer in bytes (frames count as `mtu + 14`); see
+    /// [`buffer_bdp`], [`buffer_packets`].
+    pub buffer_bytes: u64,
+    pub senders: Vec<SenderConfig>,
+    /// Random loss probability on the data path, 0.0..1.0 (needs netem).
+    pub loss: Option<f64>,
+    pub aqm: Aqm,
+    pub mtu: u32,
+    /// Turn TSO/GSO/GRO off on every veth of the path (default true).
+    pub disable_offloads: bool,
+}
+
+impl TestbedConfig {
+    /// One sender with zero base RTT, tail drop, MTU 1500.
+    pub fn new(rate_bps: u64, buffer_bytes: u64) -> Self {
+        TestbedConfig {
+            rate_bps,
+            buffer_bytes,
+            senders: vec![SenderConfig::default()],
+            loss: None,
+            aqm: Aqm::TailDrop,
+            mtu: 1500,
+            disable_offloads: true,
+        }
+    }
+
+    /// Replaces the senders by one per RTT given.
+    pub fn with_rtts(mut self, rtts: &[Duration]) -> Self {
+        self.senders = rtts.iter().map(|&rtt| SenderConfig { rtt }).collect();
+        self
+    }
+
+    pub fn with_loss(mut self, p: f64) -> Self {
+        self.loss = Some(p);
+        self
+    }
+
+    pub fn with_aqm(mut self, aqm: Aqm) -> Self {
+        self.aqm = aqm;
+        self
+    }
+
+    fn needs_netem(&self) -> bool {
+        self.loss.is_some_and(|p| p > 0.0) || self.senders.iter().any(|s| !s.rtt.is_zero())
+    }
+
+    fn validate(&self) -> Result<()> {
+        let frame = self.mtu as u64 + ETH_HLEN;
+        if self.rate_bps < 8_000 {
+            return Err(Error::Config(format!(
+                "rate {} bit/s is below 8 kbit/s",
+                self.rate_bps
+            )));
+        }
+        if self.buffer_bytes < frame {
+            return Err(Error::Config(format!(
+                "buffer {} B is smaller than one frame ({frame} B)",
+                self.buffer_bytes
+            )));
+        }
+        if self.senders.is_empty() || self.senders.len() > 250 {
+            return Err(Error::Config(format!(
+                "{} senders (need 1..=250)",
+                self.senders.len()
+            )));
+        }
+        if let Some(p) = self.loss {
+            if !(0.0..1.0).contains(&p) {
+                return Err(Error::Config(format!("loss probability {p} not in [0, 1)")));
+            }
+        }
+        if !(576..=9000).contains(&self.mtu) {
+            return Err(Error::Config(format!("mtu {} not in 576..=9000", self.mtu)));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Testbed
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Sender(usize),
+    Router,
+    Receiver,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Sender(i) => write!(f, "s{i}"),
+            Role::Router => f.write_str("rt"),
+            Role::Receiver => f.write_str("rx"),
+        }
+    }
+}
+
+/// A dumbbell testbed; `Drop` kills every process inside its namespaces and
+/// deletes them (so does SIGINT/SIGTERM/SIGHUP, see [`cleanup_all`]).
+#[derive(Debug)]
+pub struct Testbed {
+    cfg: TestbedConfig,
+    prefix: String,
+    /// Namespaces of this testbed in creation order, recorded (and in the
+    /// registry of live namespaces) before the batch that creates them: after a failed
+    /// build some may not exist, which teardown tolerates.
+    created: Vec<String>,
+    next_port: AtomicU16,
+}
+
+impl Testbed {
+    /// Sweeps stale namespaces, then builds the testbed; on any failure,
+    /// what was created so far is torn down.
+    pub fn new(cfg: TestbedConfig) -> Result<Self> {
+        cfg.validate()?;
+        sweep_stale();
+        modprobe_all();
+        if cfg.needs_netem() && !netem_available()? {
+            return Err(Error::NetemMissing {
+                what: "a non-zero base RTT or random loss".into(),
+            });
+        }
+        if cfg.aqm == Aqm::FqCodel && !fq_codel_available()? {
+            return Err(Error::QdiscMissing {
+                what: "Aqm::FqCodel".into(),
+                qdisc: "fq_codel".into(),
+            });
+        }
+        let mut tb = Testbed {
+            cfg,
+            prefix: next_prefix(),
+            created: Vec::new(),
+            next_port: AtomicU16::new(5201),
+        };
+        tb.build()?; // on error, Drop cleans up
+        Ok(tb)
+    }
+
+    pub fn config(&self) -> &TestbedConfig {
+        &self.cfg
+    }
+
+    pub fn num_senders(&self) -> usize {
+        self.cfg.senders.len()
+    }
+
+    /// Namespace name of `role`.
+    pub fn ns(&self, role: Role) -> String {
+        format!("{}-{role}", self.prefix)
+    }
+
+    /// Address of a host: sender N's own address, the receiver's address, or
+    /// the router's receiver-facing address.
+    pub fn addr(&self, role: Role) -> Ipv4Addr {
+        match role {
+            Role::Sender(i) => Ipv4Addr::new(198, 18, i as u8 + 1, 1),
+            Role::Router => Ipv4Addr::new(198, 18, 0, 1),
+            Role::Receiver => Ipv4Addr::new(198, 18, 0, 2),
+        }
+    }
+
+    pub fn receiver_addr(&self) -> Ipv4Addr {
+        self.addr(Role::Receiver)
+    }
+
+    pub fn sender_addr(&self, i: usize) -> Ipv4Addr {
+        self.addr(Role::Sender(i))
+    }
+
+    /// A fresh TCP port number for a server in this testbed (5201, 5202, …).
+    pub fn alloc_port(&self) -> u16 {
+        self.next_port.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `argv` in `role`'s namespace; non-zero exit is an error.
+    pub fn exec<S: AsRef<str>>(&self, role: Role, argv: &[S]) -> Result<Output> {
+        ns_exec(&self.ns(role), argv)
+    }
+
+    /// Spawns `argv` in `role`'s namespace (stdout/stderr piped).
+    pub fn spawn<S: AsRef<str>>(&self, role: Role, argv: &[S]) -> Result<NsProcess> {
+        ns_spawn(&self.ns(role), argv)
+    }
+
+    /// [`spawn`](Self::spawn) with explicit stdout/stderr.
+    pub fn spawn_stdio<S: AsRef<str>>(
+        &self,
+        role: Role,
+        argv: &[S],
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> Result<NsProcess> {
+        ns_spawn_stdio(&self.ns(role), argv, stdout, stderr)
+    }
+
+    /// `tc -s -j qdisc show` of the bottleneck's root qdisc.
+    pub fn bottleneck_stats(&self) -> Result<QdiscStats> {
+        let out = self.exec(
+            Role::Router,
+            &["tc", "-s", "-j", "qdisc", "show", "dev", ROUTER_RX_DEV],
+        )?;
+        parse_qdisc_stats(&String::from_utf8_lossy(&out.stdout), "1:")
+    }
+
+    /// Builds the dumbbell with at most three processes whatever the number
+    /// of senders (spawns cost ~300 ms each in the TCG VM):
+    ///
+    /// 1. one `ip -batch -`: every namespace (`netns add`, i.e. a bind mount
+    ///    under /run/netns), every veth pair (created straight into its two
+    ///    namespaces, MTU set), the ifb device;
+    /// 2. one `tc -n <router> -batch -` for the bottleneck and ACK-path
+    ///    delays, and with random loss one `tc -n <receiver> -batch -`,
+    ///    running concurrently with
+    /// 3. a helper thread per namespace ([`NsSetup`]): sysctls, links up,
+    ///    offloads off, addresses, default route.
+    ///
+    /// All names are in `created` (and the registry of live namespaces) before the
+    /// batch runs, so a failure at any step tears down whatever exists.
+    fn build(&mut self) -> Result<()> {
+        let c = &self.cfg;
+        let rt = self.ns(Role::Router);
+        let rx = self.ns(Role::Receiver);
+        let senders: Vec<String> = (0..c.senders.len())
+            .map(|i| self.ns(Role::Sender(i)))
+            .collect();
+        let loss = c.loss.filter(|&p| p > 0.0);
+        let mut all = vec![rt.clone(), rx.clone()];
+        all.extend(senders.iter().cloned());
+
+        let mut lines: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
+        // Router <-> receiver, with the bottleneck on the router's egress.
+        lines.push(veth_line(&rt, ROUTER_RX_DEV, &rx, RECEIVER_DEV, c.mtu));
+        if loss.is_some() {
+            lines.push(format!("link add {IFB_DEV} netns {rx} type ifb"));
+        }
+        for (i, s) in senders.iter().enumerate() {
+            lines.push(veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu));
+        }
+        let rt_tc = router_qdiscs(&self.cfg);
+        let rx_tc = loss.map(loss_qdiscs);
+        let setups = self.ns_setups();
+
+        self.created = all.clone();
+        netns::create_netns(&all, || run_batch("ip", &[], &lines))?;
+
+        thread::scope(|scope| {
+            let rt_job = spawn_tc_batch(scope, &rt, &rt_tc)?;
+            let rx_job = rx_tc
+                .as_deref()
+                .map(|l| spawn_tc_batch(scope, &rx, l))
+                .transpose()?;
+            let configured = setups.iter().try_for_each(NsSetup::apply);
+            let join = |h: thread::ScopedJoinHandle<'_, Result<Output>>| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Io {
+                        what: "running `tc -batch -`".into(),
+                        source: std::io::Error::other("thread panicked"),
+                    })
+                })
+            };
+            let rt_res = join(rt_job);
+            let rx_res = rx_job.map(join).transpose();
+            rt_res?;
+            rx_res?;
+            configured
+        })
+    }
+
+    /// What every namespace gets from inside: fresh per-flow state (no
+    /// cached ssthresh/RTT between runs), socket-buffer autotuning up to
+    /// 64 MiB so large BDPs (1 Gbit/s x 200 ms = 25 MB) are never receive-
+    /// window limited, loopback up; plus per role forwarding, links,
+    /// offloads, addresses and routes.
+    fn ns_setups(&self) -> Vec<NsSetup> {
+        let c = &self.cfg;
+        let base = |role: Role| {
+            let mut s = NsSetup::new(&self.ns(role));
+            s.sysctls = vec![
+                ("net.ipv4.tcp_no_metrics_save", "1"),
+                ("net.ipv4.tcp_rmem", "4096 131072 67108864"),
+                ("net.ipv4.tcp_wmem", "4096 16384 67108864"),
+            ];
+            s.up.push("lo".into());
+            s
+        };
+        let mut v = Vec::with_capacity(c.senders.len() + 2);
+
+        let mut rt = base(Role::Router);
+        rt.sysctls.push(("net.ipv4.ip_forward", "1"));
+        let mut rt_devs = vec![(ROUTER_RX_DEV.to_string(), self.addr(Role::Router))];
+        rt_devs.extend(
+            (0..c.senders.len())
+                .map(|i| (router_sender_dev(i), Ipv4Addr::new(198, 18, i as u8 + 1, 2))),
+        );
+        for (dev, addr) in rt_devs {
+            rt.up.push(dev.clone());
+            if c.disable_offloads {
+                rt.no_offloads.push(dev.clone());
+            }
+            rt.addrs.push((dev, addr, 24));
+        }
+        v.push(rt);
+
+        let mut rx = base(Role::Receiver);
+        rx.up.push(RECEIVER_DEV.into());
+        if c.loss.is_some_and(|p| p > 0.0) {
+            rx.up.push(IFB_DEV.into());
+        }
+        if c.disable_offloads {
+            rx.no_offloads.push(RECEIVER_DEV.into());
+        }
+        rx.addrs
+            .push((RECEIVER_DEV.into(), self.addr(Role::Receiver), 24));
+        rx.gateway = Some(self.addr(Role::Router));
+        v.push(rx);
+
+        for i in 0..c.senders.len() {
+            let mut s = base(Role::Sender(i));
+            s.up.push(SENDER_DEV.into());
+            if c.disable_offloads {
+                s.no_offloads.push(SENDER_DEV.into());
+            }
+            s.addrs
+                .push((SENDER_DEV.into(), self.addr(Role::Sender(i)), 24));
+            s.gateway = Some(Ipv4Addr::new(198, 18, i as u8 + 1, 2));
+            v.push(s);
+        }
+        v
+    }
+
+    /// Tears down explicitly, reporting the first error (Drop ignores them).
+    pub fn destroy(mut self) -> Result<()> {
+        self.teardown()
+    }
+
+    /// Kills the processes in all of this testbed's namespaces, then deletes
+    /// them with one `ip -batch` (senders first, router last; names that
+    /// were never created are skipped).
+    fn teardown(&mut self) -> Result<()> {
+        if self.created.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = self.created.drain(..).rev().collect();
+        let res = netns::del_netns(&names);
+        if let Err(e) = &res {
+            tracing::warn!(prefix = %self.prefix, error = %e, "namespace teardown failed");
+        }
+        res
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_validation() {
+        assert!(TestbedConfig::new(50_000_000, 62_500).validate().is_ok());
+        assert!(TestbedConfig::new(50_000_000, 1000).validate().is_err());
+        assert!(TestbedConfig::new(50_000_000, 62_500)
+            .with_loss(1.5)
+            .validate()
+            .is_err());
+        assert!(!TestbedConfig::new(50_000_000, 62_500).needs_netem());
+        assert!(TestbedConfig::new(50_000_000, 62_500)
+            .with_rtts(&[Duration::from_millis(20)])
+            .needs_netem());
+    }
+}
+
+/// Live tests on the host kernel (root; no netem needed).
+#[cfg(test)]
+mod host_tests {
+    use super::netns::{self, list_netns, netns_pids, ns_id, NsId};
+    use super::*;
+    use crate::iperf::{self, FlowSpec};
+    use crate::sockdiag::{Sample, Sampler, SamplerConfig};
+    use std::path::Path;
+
+    /// A process exists and is not a zombie (shared with the netns tests).
+    pub(crate) fn alive_not_zombie(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(s) => !s
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Err(_) => false,
+        }
+    }
+
+    #[test]
+    fn cubic_flow_through_router_tbf() {
+        let rate = 50_000_000;
+        let buffer = buffer_bdp(rate, Duration::from_millis(10), 1.0, 1500); // 62 500 B
+        let tb = Testbed::new(TestbedConfig::new(rate, buffer)).unwrap();
+        let names: Vec<String> = [Role::Sender(0), Role::Router, Role::Receiver]
+            .iter()
+            .map(|&r| tb.ns(r))
+            .collect();
+        for n in &names {
+            assert!(list_netns().contains(n), "{n} missing");
+        }
+        let sender = ccctl_sys::netns::named(&tb.ns(Role::Sender(0)));
+        let sampler = Sampler::start(&sender, SamplerConfig::default()).unwrap();
+        let r = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(5))).unwrap();
+        let samples = sampler.stop();
+        let stats = tb.bottleneck_stats().unwrap();
+        eprintln!(
+            "goodput {:.2} Mbit/s, retrans {}, rtt min/mean/max {:?}/{:?}/{:?} us, tbf {:?}",
+            r.goodput_bps / 1e6,
+            r.retransmits,
+            r.min_rtt_us,
+            r.mean_rtt_us,
+            r.max_rtt_us,
+            stats
+        );
+        assert!(
+            r.goodput_bps >= 0.85 * rate as f64,
+            "goodput {}",
+            r.goodput_bps
+        );
+        assert!(
+            r.goodput_bps <= 1.02 * rate as f64,
+            "goodput {} above the tbf rate",
+            r.goodput_bps
+        );
+        assert_eq!(r.sender_cc.as_deref(), Some("cubic"));
+        assert!(r.intervals.len() >= 5);
+        assert_eq!(stats.kind, "tbf");
+        assert!(
+            stats.drops > 0,
+            "cubic should overflow a 1-BDP tail-drop buffer"
+        );
+
+        let port = r.local_port.unwrap();
+        let data: Vec<&Sample> = samples
+            .for_local_port(port)
+            .flat_map(|s| &s.samples)
+            .collect();
+        eprintln!(
+            "inet_diag: {} ticks, {} failures, {} data-socket records",
+            samples.ticks,
+            samples.failures,
+            data.len()
+        );
+        assert!(
+            data.len() >= 30,
+            "only {} samples of the data socket",
+            data.len()
+        );
+        assert!(samples.for_local_port(port).all(|s| s.cc == ["cubic"]));
+        let cwnds: Vec<u32> = data.iter().map(|d| d.info.snd_cwnd).collect();
+        let max = *cwnds.iter().max().unwrap();
+        let mean = cwnds.iter().sum::<u32>() as f64 / cwnds.len() as f64;
+        eprintln!("cwnd mean {mean:.1} max {max}");
+        // BDP+buffer at ~0 base RTT is ~43 packets; cwnd should be in that region.
+        assert!(mean >= 4.0 && max <= 400, "cwnd mean {mean} max {max}");
+        assert!(
+            data.iter().any(|d| d.info.rtt_us > 1000),
+            "queueing delay not visible in srtt"
+        );
+
+        // A daemonised process inside a namespace must be killed by Drop.
+        tb.exec(
+            Role::Receiver,
+            &["iperf3", "-s", "-D", "-p", "5999", "-B", "198.18.0.2"],
+        )
+        .unwrap();
+        thread::sleep(Duration::from_millis(200));
+        let pids = netns_pids(&tb.ns(Role::Receiver));
+        assert!(!pids.is_empty());
+        drop(tb);
+        let left = list_netns();
+        for n in &names {
+            assert!(!left.contains(n), "{n} survived drop");
+        }
+        for p in pids {
+            assert!(!alive_not_zombie(p), "pid {p} survived drop");
+        }
+    }
+
+    #[test]
+    fn two_senders_concurrent_with_offset() {
+        let rate = 40_000_000;
+        let tb = Testbed::new(
+            TestbedConfig::new(rate, buffer_packets(40, 1500))
+                .with_rtts(&[Duration::ZERO, Duration::ZERO]),
+        )
+        .unwrap();
+        let specs = [
+            FlowSpec::new(0, "bbr", Duration::from_secs(3)).interval(Duration::from_millis(500)),
+            FlowSpec::new(1, "cubic", Duration::from_secs(2)).start_offset(Duration::from_secs(1)),
+        ];
+        let running = iperf::spawn_flows(&tb, &specs).unwrap();
+        let res = running.wait().unwrap();
+        assert_eq!(res[0].sender_cc.as_deref(), Some("bbr"));
+        assert_eq!(res[1].sender_cc.as_deref(), Some("cubic"));
+        assert_ne!(res[0].server_port, res[1].server_port);
+        assert!(res[0].intervals.len() >= 6);
+        let t1 = res[1].report.start.timestamp.timesecs as f64;
+        let t0 = res[0].report.start.timestamp.timesecs as f64;
+        assert!(
+            t1 - t0 >= 0.0 && t1 - t0 <= 2.0,
+            "offset not applied: {t0} {t1}"
+        );
+        let total: f64 = res
+            .iter()
+            .map(|r| r.receiver_bytes as f64 * 8.0)
+            .sum::<f64>()
+            / 3.0;
+        eprintln!(
+            "bbr {:.1} Mbit/s ({} retrans), cubic {:.1} Mbit/s ({} retrans), link use {:.1}%",
+            res[0].goodput_bps / 1e6,
+            res[0].retransmits,
+            res[1].goodput_bps / 1e6,
+            res[1].retransmits,
+            100.0 * total / rate as f64
+        );
+        assert!(total >= 0.8 * rate as f64);
+        assert!(res.iter().all(|r| r.goodput_bps > 1e6));
+    }
+
+    /// `(st_dev, st_ino)` of the calling thread's network namespace.
+    fn own_netns() -> NsId {
+        ns_id(Path::new("/proc/thread-self/ns/net")).unwrap()
+    }
+
+    fn sysctl(tb: &Testbed, role: Role, key: &str) -> String {
+        let out = tb.exec(role, &["sysctl", "-n", key]).unwrap();
+        let v = String::from_utf8_lossy(&out.stdout);
+        v.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// The process-free set-up lands inside each namespace and nowhere else:
+    /// sysctls (read back by `sysctl` run in the namespace), every veth end
+    /// up with offloads off (`ethtool -k`), addresses and routes (a flow from
+    /// every sender through the router), the bottleneck qdisc; the calling
+    /// thread's namespace and the host's sysctls are untouched; nothing is
+    /// left after `destroy`.
+    #[test]
+    fn three_senders_set_up_in_their_namespaces() {
+        let host_rmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").unwrap();
+        let host_fwd = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
+        let before = own_netns();
+        let tb =
+            Testbed::new(TestbedConfig::new(20_000_000, 100_000).with_rtts(&[Duration::ZERO; 3]))
+                .unwrap();
+        assert_eq!(own_netns(), before, "Testbed::new moved the calling thread");
+        assert_eq!(
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem").unwrap(),
+            host_rmem
+        );
+        assert_eq!(
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap(),
+            host_fwd
+        );
+
+        let mut roles = vec![Role::Router, Role::Receiver];
+        roles.extend((0..3).map(Role::Sender));
+        for &r in &roles {
+            assert_eq!(sysctl(&tb, r, "net.ipv4.tcp_no_metrics_save"), "1", "{r}");
+            assert_eq!(
+                sysctl(&tb, r, "net.ipv4.tcp_rmem"),
+                "4096 131072 67108864",
+                "{r}"
+            );
+            assert_eq!(
+                sysctl(&tb, r, "net.ipv4.tcp_wmem"),
+                "4096 16384 67108864",
+                "{r}"
+            );
+            let fwd = if r == Role::Router { "1" } else { "0" };
+            assert_eq!(sysctl(&tb, r, "net.ipv4.ip_forward"), fwd, "{r}");
+            let lo = tb.exec(r, &["ip", "-o", "link", "show", "lo"]).unwrap();
+            assert!(
+                String::from_utf8_lossy(&lo.stdout).contains(",UP"),
+                "{r}: lo down"
+            );
+        }
+
+        let mut ends = vec![
+            (Role::Router, ROUTER_RX_DEV.to_string()),
+            (Role::Receiver, RECEIVER_DEV.to_string()),
+        ];
+        for i in 0..3 {
+            ends.push((Role::Sender(i), SENDER_DEV.to_string()));
+            ends.push((Role::Router, router_sender_dev(i)));
+        }
+        for (r, dev) in &ends {
+            let out = tb.exec(*r, &["ethtool", "-k", dev]).unwrap();
+            let k = String::from_utf8_lossy(&out.stdout);
+            for f in [
+                "tcp-segmentation-offload",
+                "generic-segmentation-offload",
+                "generic-receive-offload",
+            ] {
+                let line = k
+                    .lines()
+                    .find(|l| l.trim_start().starts_with(&format!("{f}:")))
+                    .unwrap_or_else(|| panic!("{r} {dev}: no {f} in {k}"));
+                assert!(line.contains(": off"), "{r} {dev}: {line}");
+            }
+            let link = tb.exec(*r, &["ip", "-o", "link", "show", dev]).unwrap();
+            let link = String::from_utf8_lossy(&link.stdout);
+            assert!(
+                link.contains("state UP") && link.contains("mtu 1500 "),
+                "{r}: {link}"
+            );
+        }
+
+        let specs: Vec<FlowSpec> = (0..3)
+            .map(|i| FlowSpec::new(i, "cubic", Duration::from_secs(1)))
+            .collect();
+        let res = iperf::spawn_flows(&tb, &specs).unwrap().wait().unwrap();
+        for (i, r) in res.iter().enumerate() {
+            eprintln!("sender {i}: {:.1} Mbit/s", r.goodput_bps / 1e6);
+            assert!(r.receiver_bytes > 0, "sender {i}: nothing received");
+        }
+        let stats = tb.bottleneck_stats().unwrap();
+        assert_eq!(stats.kind, "tbf");
+        assert!(stats.packets > 0);
+
+        let prefix = format!("{}-", tb.prefix);
+        let names: Vec<String> = roles.iter().map(|&r| tb.ns(r)).collect();
+        tb.destroy().unwrap();
+        let left: Vec<String> = list_netns()
+            .into_iter()
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        assert!(left.is_empty(), "left after destroy: {left:?}");
+        let live = netns::live();
+        assert!(names.iter().all(|n| !live.contains(n)), "still registered");
+    }
+
+    /// Builds without validating `cfg` (to make a step fail on purpose);
+    /// returns the prefix too.
+    fn build_unvalidated(cfg: TestbedConfig) -> (String, Result<Testbed>) {
+        let prefix = next_prefix();
+        let mut tb = Testbed {
+            cfg,
+            prefix: prefix.clone(),
+            created: Vec::new(),
+            next_port: AtomicU16::new(5201),
+        };
+        (prefix, tb.build().map(|()| tb))
+    }
+
+    fn assert_all_gone(prefix: &str) {
+        let p = format!("{prefix}-");
+        let left: Vec<String> = list_netns()
+            .into_iter()
+            .filter(|n| n.starts_with(&p))
+            .collect();
+        assert!(left.is_empty(), "left after a failed build: {left:?}");
+        assert!(!netns::live().iter().any(|n| n.starts_with(&p)));
+    }
+
+    #[test]
+    fn failed_ip_batch_names_its_line_and_tears_down() {
+        let mut cfg = TestbedConfig::new(20_000_000, 100_000);
+        cfg.mtu = 70_000; // no veth takes that
+        let (prefix, r) = build_unvalidated(cfg);
+        let e = r.unwrap_err();
+        let msg = e.to_string();
+        eprintln!("{msg}");
+        assert!(
+            msg.contains("ip -batch - (line 4: link add to_rx mtu 70000"),
+            "{msg}"
+        );
+        assert_all_gone(&prefix);
+    }
+
+    #[test]
+    fn failed_tc_batch_names_its_line_and_tears_down() {
+        let mut cfg = TestbedConfig::new(20_000_000, 100_000);
+        cfg.rate_bps = 0; // tc refuses "rate 0bit"
+        let (prefix, r) = build_unvalidated(cfg);
+        let msg = r.unwrap_err().to_string();
+        eprintln!("{msg}");
+        assert!(
+            msg.contains(&format!("tc -n {prefix}-rt -batch -"))
+                && msg.contains("(line 1: qdisc add dev to_rx root handle 1: tbf rate 0bit"),
+            "{msg}"
+        );
+        assert_all_gone(&prefix);
+    }
+}

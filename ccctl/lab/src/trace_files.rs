@@ -26,7 +26,7 @@
 //! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s |
 //! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR; 0 elsewhere) |
 //! | `theta` | f64 | patched BBR theta (fixed point / 65536) |
-//! | `dstar_0` .. `dstar_3` | u32 | TCP D* state |
+//! | `dstar_0` .. `dstar_3` | u32 | TCP D* mode, BDP, gain_cwnd (packets), min RTT (us) |
 //!
 //! String-valued columns are dictionary-encoded in the file (polars Enum
 //! and Categorical; Arrow `dictionary<string>`): they read as strings in
@@ -606,7 +606,7 @@ impl Columns {
         self.max_win.push(e.max_win);
         self.last_cwnd.push(e.last_cwnd);
         self.theta.push(event::theta(e.theta_fp));
-        for (col, v) in self.dstar.iter_mut().zip(e.dstar) {
+        for (col, v) in self.dstar.iter_mut().zip(event::dstar_slots(e)) {
             col.push(v);
         }
         Ok(())
@@ -717,10 +717,10 @@ impl CsvSink {
             e.max_win,
             e.last_cwnd,
             event::theta(e.theta_fp),
-            e.dstar[0],
-            e.dstar[1],
-            e.dstar[2],
-            e.dstar[3],
+            event::dstar_slots(e)[0],
+            event::dstar_slots(e)[1],
+            event::dstar_slots(e)[2],
+            event::dstar_slots(e)[3],
         )
     }
 }
@@ -972,7 +972,7 @@ pub(crate) mod tests {
                 AnyValue::UInt64(want.pacing_rate * 8)
             );
             assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta_fp)));
-            assert_eq!(col("dstar_3"), AnyValue::UInt32(want.dstar[3]));
+            assert_eq!(col("dstar_3"), AnyValue::UInt32(event::dstar_slots(&want)[3]));
         }
     }
 

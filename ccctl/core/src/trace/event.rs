@@ -150,6 +150,18 @@ pub fn gain(fp: u32) -> f64 {
     fp as f64 / abi::CCCTL_GAIN_UNIT as f64
 }
 
+/// TCP D*'s state in the four provisional `dstar_0..3` columns: mode,
+/// BDP (packets), gain_cwnd (packets), D*'s min RTT (us). Named columns
+/// replace these after the workspace split.
+pub fn dstar_slots(e: &abi::ccctl_event) -> [u32; 4] {
+    [
+        u32::from(e.dstar_mode),
+        e.dstar_bdp,
+        e.dstar_gain_cwnd,
+        e.dstar_min_rtt_us,
+    ]
+}
+
 /// Patched BBR's theta (x 65536) as a number.
 #[inline]
 pub fn theta(fp: i64) -> f64 {
@@ -198,7 +210,11 @@ mod tests {
             max_win: 160,
             last_cwnd: 119,
             theta_fp: -98_304,
-            dstar: [1, 2, 3, 4],
+            dstar_mode: 1,
+            dstar_bdp: 2,
+            dstar_gain_cwnd: 3,
+            dstar_min_rtt_us: 4,
+            dstar_min_rtt_stamp_ns: 5,
             ..Default::default()
         }
     }
@@ -207,14 +223,18 @@ mod tests {
     fn decodes_a_hand_built_event() {
         let ev = sample_event();
         let bytes = to_bytes(&ev);
-        assert_eq!(bytes.len(), 152);
+        assert_eq!(bytes.len(), 184);
         // Offsets from the header, checked independently of bindgen.
         assert_eq!(&bytes[0..8], &123_456_789_000u64.to_ne_bytes());
         assert_eq!(&bytes[16..20], &[10, 0, 0, 1]);
         assert_eq!(bytes[30], abi::CCCTL_ALGO_BBR as u8);
         assert_eq!(&bytes[104..112], &1_200_000u64.to_ne_bytes());
         assert_eq!(&bytes[128..136], &(-98_304i64).to_ne_bytes());
-        assert_eq!(&bytes[148..152], &4u32.to_ne_bytes());
+        assert_eq!(bytes[136], 1);
+        assert_eq!(&bytes[140..144], &2u32.to_ne_bytes());
+        assert_eq!(&bytes[148..152], &3u32.to_ne_bytes());
+        assert_eq!(&bytes[156..160], &4u32.to_ne_bytes());
+        assert_eq!(&bytes[176..184], &5u64.to_ne_bytes());
         // Unaligned, and with a longer sample (appended fields are ignored).
         let mut buf = vec![0u8; 1];
         buf.extend_from_slice(&bytes);
@@ -234,16 +254,16 @@ mod tests {
         assert_eq!(theta(d.theta_fp), -1.5);
         assert_eq!(bits_per_s(d.pacing_rate), 10_000_000);
         assert_eq!(bits_per_s(u64::MAX), u64::MAX);
-        assert_eq!(d.dstar, [1, 2, 3, 4]);
+        assert_eq!(dstar_slots(&d), [1, 2, 3, 4]);
     }
 
     #[test]
     fn rejects_short_samples() {
         let bytes = to_bytes(&sample_event());
-        assert_eq!(decode(&bytes[..151]).err(), Some(ShortSample { len: 151 }));
+        assert_eq!(decode(&bytes[..183]).err(), Some(ShortSample { len: 183 }));
         assert_eq!(decode(&[]).err(), Some(ShortSample { len: 0 }));
         let msg = decode(&bytes[..8]).unwrap_err().to_string();
-        assert!(msg.contains("8 bytes") && msg.contains("152"), "{msg}");
+        assert!(msg.contains("8 bytes") && msg.contains("184"), "{msg}");
     }
 
     #[test]

@@ -102,6 +102,53 @@ mod flows {
     }
 }
 
+/// TCP D* on the host kernel (6.18: struct_ops link, 4-argument
+/// cong_control). No netem here: the base RTT is zero, the RTT is the tbf
+/// queue D* keeps, the BDP a packet or two, and DRAIN's 4 packets are most
+/// of the window; Fig. 1's order, timers and estimates hold all the same.
+/// The VM tests repeat these at 40 ms.
+mod dstar {
+    use ccctl::testbed::{buffer_packets, TestbedConfig};
+
+    use crate::common::dstar;
+
+    const RATE_BPS: u64 = 50_000_000;
+
+    /// `ccctl load dstar` carries a flow through a router's tbf bottleneck:
+    /// 85 % of 50 Mbit/s (measured 96 %).
+    #[test]
+    fn dstar_carries_a_flow() {
+        dstar::dstar_carries_a_flow(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)), 10, 0.85);
+    }
+
+    #[test]
+    fn dstar_trace_follows_fig1() {
+        dstar::dstar_trace_follows_fig1(TestbedConfig::new(20_000_000, buffer_packets(100, 1500)), 6);
+    }
+
+    /// A 50 ms min-RTT window: the RTT here is 2-3 ms, so GAIN 2 ends find
+    /// it expired every 20 cycles or so.
+    #[test]
+    fn dstar_drains_after_a_min_rtt_timeout() {
+        dstar::dstar_drains_after_min_rtt_timeout(
+            TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
+            5,
+            50,
+        );
+    }
+
+    /// A 2-packet buffer: the initial window of 10 overflows it at once.
+    #[test]
+    fn dstar_slow_start_exits_on_loss() {
+        dstar::dstar_slow_start_exits_on_loss(TestbedConfig::new(RATE_BPS, buffer_packets(2, 1500)), 4);
+    }
+
+    #[test]
+    fn tune_dstar_refuses_bad_values_and_changes_nothing() {
+        dstar::tune_dstar_refuses_bad_values();
+    }
+}
+
 /// `ccctl lab` on the host. Its kernel has no netem, so these use a zero
 /// base RTT (or check that a non-zero one is refused with `--where host`);
 /// the delay experiments run in the VM tests.

@@ -150,16 +150,43 @@ pub fn gain(fp: u32) -> f64 {
     fp as f64 / abi::CCCTL_GAIN_UNIT as f64
 }
 
-/// TCP D*'s state in the four provisional `dstar_0..3` columns: mode,
-/// BDP (packets), gain_cwnd (packets), D*'s min RTT (us). Named columns
-/// replace these after the workspace split.
-pub fn dstar_slots(e: &abi::ccctl_event) -> [u32; 4] {
-    [
-        u32::from(e.dstar_mode),
-        e.dstar_bdp,
-        e.dstar_gain_cwnd,
-        e.dstar_min_rtt_us,
-    ]
+/// TCP D*'s mode (`CCCTL_DSTAR_*`, Fig. 1 of tcp-dstar.txt) as a name.
+#[inline]
+pub fn dstar_mode_name(mode: u8) -> &'static str {
+    match mode as u32 {
+        abi::CCCTL_DSTAR_DRAIN => "drain",
+        abi::CCCTL_DSTAR_GAIN1 => "gain1",
+        abi::CCCTL_DSTAR_GAIN2 => "gain2",
+        _ => "unknown",
+    }
+}
+
+/// Does an event of algorithm `algo` (`CCCTL_ALGO_*`) carry BBR's state
+/// (`bbr_mode`, gains, `btl_bw`)? The BBR family does; D* does not.
+#[inline]
+pub fn has_bbr_state(algo: u8) -> bool {
+    matches!(
+        algo as u32,
+        abi::CCCTL_ALGO_BBR | abi::CCCTL_ALGO_MODEST_BBR | abi::CCCTL_ALGO_PATCHED_BBR
+    )
+}
+
+/// ... Modest BBR's window search (`modest_phase`, `min_win`, ...)?
+#[inline]
+pub fn has_modest_state(algo: u8) -> bool {
+    algo as u32 == abi::CCCTL_ALGO_MODEST_BBR
+}
+
+/// ... patched BBR's theta?
+#[inline]
+pub fn has_theta(algo: u8) -> bool {
+    algo as u32 == abi::CCCTL_ALGO_PATCHED_BBR
+}
+
+/// ... TCP D*'s state (the `dstar_*` fields)?
+#[inline]
+pub fn has_dstar_state(algo: u8) -> bool {
+    algo as u32 == abi::CCCTL_ALGO_DSTAR
 }
 
 /// Patched BBR's theta (x 65536) as a number.
@@ -254,7 +281,18 @@ mod tests {
         assert_eq!(theta(d.theta_fp), -1.5);
         assert_eq!(bits_per_s(d.pacing_rate), 10_000_000);
         assert_eq!(bits_per_s(u64::MAX), u64::MAX);
-        assert_eq!(dstar_slots(&d), [1, 2, 3, 4]);
+        assert_eq!(dstar_mode_name(d.dstar_mode), "gain1");
+        assert_eq!(
+            (d.dstar_bdp, d.dstar_gain_cwnd, d.dstar_min_rtt_us, d.dstar_min_rtt_stamp_ns),
+            (2, 3, 4, 5)
+        );
+        assert_eq!(dstar_mode_name(9), "unknown");
+        let bbr = abi::CCCTL_ALGO_BBR as u8;
+        let dstar = abi::CCCTL_ALGO_DSTAR as u8;
+        assert!(has_bbr_state(bbr) && !has_dstar_state(bbr) && !has_theta(bbr));
+        assert!(has_dstar_state(dstar) && !has_bbr_state(dstar) && !has_modest_state(dstar));
+        assert!(has_modest_state(abi::CCCTL_ALGO_MODEST_BBR as u8));
+        assert!(!has_bbr_state(0) && !has_dstar_state(0));
     }
 
     #[test]

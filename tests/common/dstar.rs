@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ccctl::iperf::{self, FlowResult, FlowSpec};
-use ccctl::testbed::TestbedConfig;
+use ccctl_lab::iperf::{self, FlowResult, FlowSpec};
+use ccctl_lab::testbed::TestbedConfig;
 
 use super::flows::{flow_with_ss, mbit, testbed};
 use super::lab::{f64s, read_parquet, strs, wait_for};
@@ -218,7 +218,11 @@ pub fn check_fig1(ev: &[Ev], p: &Fig1) -> Summary {
                     | ("gain2", "gain1", _)
                     | ("gain2", "drain", false)
             );
-            assert!(ok, "{}", at(&format!("transition {from} -> {to} is not in Fig. 1")));
+            assert!(
+                ok,
+                "{}",
+                at(&format!("transition {from} -> {to} is not in Fig. 1"))
+            );
             *s.transitions
                 .entry((from.to_string(), to.to_string()))
                 .or_default() += 1;
@@ -260,7 +264,8 @@ pub fn check_fig1(ev: &[Ev], p: &Fig1) -> Summary {
                 let delivered = e.delivered.wrapping_sub(ev[g2].delivered) as f64;
                 let interval_ns = (e.ts_ns - ev[g2].ts_ns) as f64;
                 // Eq. 2 with min RTT before or after this ACK's sample.
-                let want_with = |min_rtt_us: u64| delivered * min_rtt_us as f64 * 1000.0 / interval_ns;
+                let want_with =
+                    |min_rtt_us: u64| delivered * min_rtt_us as f64 * 1000.0 / interval_ns;
                 let close = |m: u64| {
                     let w = want_with(m);
                     (e.bdp as f64 - w).abs() <= 1.0 + 0.03 * w
@@ -274,8 +279,18 @@ pub fn check_fig1(ev: &[Ev], p: &Fig1) -> Summary {
                         want_with(b.min_rtt_us)
                     ))
                 );
-                assert_eq!(e.last_bdp, last, "{}", at("last BDP is the previous estimate"));
-                assert_eq!(e.sigma, e.bdp.abs_diff(last), "{}", at("sigma = |BDP - last BDP|"));
+                assert_eq!(
+                    e.last_bdp,
+                    last,
+                    "{}",
+                    at("last BDP is the previous estimate")
+                );
+                assert_eq!(
+                    e.sigma,
+                    e.bdp.abs_diff(last),
+                    "{}",
+                    at("sigma = |BDP - last BDP|")
+                );
                 let want_gain = if ss_exit {
                     p.gain_floor
                 } else if b.slow_start {
@@ -305,7 +320,12 @@ pub fn check_fig1(ev: &[Ev], p: &Fig1) -> Summary {
                 "{}",
                 at(&format!("DRAIN with min RTT refreshed {age_ns} ns ago"))
             );
-            assert_eq!(e.min_rtt_us, e.rtt_us, "{}", at("min RTT <- RTT on timeout"));
+            assert_eq!(
+                e.min_rtt_us,
+                e.rtt_us,
+                "{}",
+                at("min RTT <- RTT on timeout")
+            );
             s.min_rtt_timeouts += 1;
         }
         if from == "gain2" && to == "gain1" && !e.slow_start {
@@ -329,10 +349,7 @@ pub fn check_fig1(ev: &[Ev], p: &Fig1) -> Summary {
         }
         mode_start = Some(i);
     }
-    s.srtt_ratio_median = ratios
-        .into_iter()
-        .map(|(m, v)| (m, median(v)))
-        .collect();
+    s.srtt_ratio_median = ratios.into_iter().map(|(m, v)| (m, median(v))).collect();
     s
 }
 
@@ -447,7 +464,10 @@ pub fn dstar_carries_a_flow(cfg: TestbedConfig, secs: u64, min_share: f64) {
         flow.mean_rtt_us.unwrap_or(0) as f64 / 1000.0
     );
     assert_eq!(flow.sender_cc.as_deref(), Some("dstar"));
-    assert!(!seen.is_empty() && seen.iter().all(|c| c == "dstar"), "ss saw {seen:?}");
+    assert!(
+        !seen.is_empty() && seen.iter().all(|c| c == "dstar"),
+        "ss saw {seen:?}"
+    );
     assert!(
         flow.goodput_bps >= min_share * rate,
         "goodput {:.1} Mbit/s is below {:.0} % of {:.1} Mbit/s",
@@ -483,7 +503,10 @@ pub fn dstar_trace_follows_fig1(cfg: TestbedConfig, secs: u64) {
         s.slow_start_exits_on_bdp + s.slow_start_exits_on_loss == 1,
         "slow start must end once: {s:?}"
     );
-    assert!(s.estimates_checked >= 5 && s.durations_checked >= 10, "{s:?}");
+    assert!(
+        s.estimates_checked >= 5 && s.durations_checked >= 10,
+        "{s:?}"
+    );
     assert_eq!(s.min_rtt_timeouts, 0, "no 10 s timeout in {secs} s: {s:?}");
     // Independently of D*'s own RTT sample: the modes last about k x the
     // kernel's smoothed RTT.
@@ -565,35 +588,101 @@ pub fn tune_dstar_refuses_bad_values() {
     refused_without_change(
         "dstar",
         &[
-            (&["dstar", "--min-rtt-win-ms", "9"], &["out of range", win[0], win[1]]),
-            (&["dstar", "--min-rtt-win-ms", "600001"], &["out of range", win[0]]),
-            (&["dstar", "--min-rtt-win-ms", "100.5"], &["whole number", win[0]]),
-            (&["dstar", "--min-rtt-win-ms", "nan"], &["not a number", win[0]]),
-            (&["dstar", "--min-rtt-win-ms", "inf"], &["not a finite number", win[0]]),
-            (&["dstar", "--sigma-factor", "-0.5"], &["out of range", sig[0], sig[1]]),
-            (&["dstar", "--sigma-factor", "8.5"], &["out of range", sig[0]]),
-            (&["dstar", "--sigma-factor", "-inf"], &["not a finite number", sig[0]]),
-            (&["dstar", "--gain-floor", "0"], &["out of range", floor[0], floor[1]]),
-            (&["dstar", "--gain-floor", "65"], &["out of range", floor[0]]),
-            (&["dstar", "--gain-floor", "4.5"], &["whole number", floor[0]]),
-            (&["dstar", "--drain-rtts", "0"], &rtts("drain_rtts (--drain-rtts)")),
-            (&["dstar", "--drain-rtts", "17"], &rtts("drain_rtts (--drain-rtts)")),
-            (&["dstar", "--gain1-rtts", "1.5"], &rtts("gain1_rtts (--gain1-rtts)")),
-            (&["dstar", "--gain1-rtts", "-2"], &rtts("gain1_rtts (--gain1-rtts)")),
-            (&["dstar", "--gain2-rtts", "0"], &rtts("gain2_rtts (--gain2-rtts)")),
-            (&["dstar", "--gain2-rtts", "NaN"], &["not a number", "gain2_rtts"]),
+            (
+                &["dstar", "--min-rtt-win-ms", "9"],
+                &["out of range", win[0], win[1]],
+            ),
+            (
+                &["dstar", "--min-rtt-win-ms", "600001"],
+                &["out of range", win[0]],
+            ),
+            (
+                &["dstar", "--min-rtt-win-ms", "100.5"],
+                &["whole number", win[0]],
+            ),
+            (
+                &["dstar", "--min-rtt-win-ms", "nan"],
+                &["not a number", win[0]],
+            ),
+            (
+                &["dstar", "--min-rtt-win-ms", "inf"],
+                &["not a finite number", win[0]],
+            ),
+            (
+                &["dstar", "--sigma-factor", "-0.5"],
+                &["out of range", sig[0], sig[1]],
+            ),
+            (
+                &["dstar", "--sigma-factor", "8.5"],
+                &["out of range", sig[0]],
+            ),
+            (
+                &["dstar", "--sigma-factor", "-inf"],
+                &["not a finite number", sig[0]],
+            ),
+            (
+                &["dstar", "--gain-floor", "0"],
+                &["out of range", floor[0], floor[1]],
+            ),
+            (
+                &["dstar", "--gain-floor", "65"],
+                &["out of range", floor[0]],
+            ),
+            (
+                &["dstar", "--gain-floor", "4.5"],
+                &["whole number", floor[0]],
+            ),
+            (
+                &["dstar", "--drain-rtts", "0"],
+                &rtts("drain_rtts (--drain-rtts)"),
+            ),
+            (
+                &["dstar", "--drain-rtts", "17"],
+                &rtts("drain_rtts (--drain-rtts)"),
+            ),
+            (
+                &["dstar", "--gain1-rtts", "1.5"],
+                &rtts("gain1_rtts (--gain1-rtts)"),
+            ),
+            (
+                &["dstar", "--gain1-rtts", "-2"],
+                &rtts("gain1_rtts (--gain1-rtts)"),
+            ),
+            (
+                &["dstar", "--gain2-rtts", "0"],
+                &rtts("gain2_rtts (--gain2-rtts)"),
+            ),
+            (
+                &["dstar", "--gain2-rtts", "NaN"],
+                &["not a number", "gain2_rtts"],
+            ),
             // One bad value among good ones: nothing written.
             (
-                &["dstar", "--gain-floor", "8", "--drain-rtts", "3", "--sigma-factor", "9"],
+                &[
+                    "dstar",
+                    "--gain-floor",
+                    "8",
+                    "--drain-rtts",
+                    "3",
+                    "--sigma-factor",
+                    "9",
+                ],
                 &["sigma_factor (--sigma-factor)", "0 to 8"],
             ),
             // Parameters D* does not have, and D*'s on an algorithm without them.
             (
                 &["dstar", "--cwnd-gain", "2"],
-                &["cwnd_gain (--cwnd-gain)", "not a parameter of dstar", "valid: min_rtt_win_ms"],
+                &[
+                    "cwnd_gain (--cwnd-gain)",
+                    "not a parameter of dstar",
+                    "valid: min_rtt_win_ms",
+                ],
             ),
             (&["dstar", "--wmin", "0.5"], &["not a parameter of dstar"]),
-            (&["dstar", "--gain-floor", "abc"], &["--gain-floor", "invalid float"]),
+            (
+                &["dstar", "--gain-floor", "abc"],
+                &["--gain-floor", "invalid float"],
+            ),
             (
                 &["dstar", "--reset", "--drain-rtts", "3"],
                 &["--reset", "cannot be used with"],

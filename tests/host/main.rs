@@ -108,7 +108,7 @@ mod flows {
 /// of the window; Fig. 1's order, timers and estimates hold all the same.
 /// The VM tests repeat these at 40 ms.
 mod dstar {
-    use ccctl::testbed::{buffer_packets, TestbedConfig};
+    use ccctl_lab::testbed::{buffer_packets, TestbedConfig};
 
     use crate::common::dstar;
 
@@ -118,12 +118,19 @@ mod dstar {
     /// 85 % of 50 Mbit/s (measured 96 %).
     #[test]
     fn dstar_carries_a_flow() {
-        dstar::dstar_carries_a_flow(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)), 10, 0.85);
+        dstar::dstar_carries_a_flow(
+            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+            10,
+            0.85,
+        );
     }
 
     #[test]
     fn dstar_trace_follows_fig1() {
-        dstar::dstar_trace_follows_fig1(TestbedConfig::new(20_000_000, buffer_packets(100, 1500)), 6);
+        dstar::dstar_trace_follows_fig1(
+            TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
+            6,
+        );
     }
 
     /// A 50 ms min-RTT window: the RTT here is 2-3 ms, so GAIN 2 ends find
@@ -140,7 +147,10 @@ mod dstar {
     /// A 2-packet buffer: the initial window of 10 overflows it at once.
     #[test]
     fn dstar_slow_start_exits_on_loss() {
-        dstar::dstar_slow_start_exits_on_loss(TestbedConfig::new(RATE_BPS, buffer_packets(2, 1500)), 4);
+        dstar::dstar_slow_start_exits_on_loss(
+            TestbedConfig::new(RATE_BPS, buffer_packets(2, 1500)),
+            4,
+        );
     }
 
     #[test]

@@ -564,7 +564,10 @@ mod dstar {
             Ok((rate, flow, seen))
         });
         assert_eq!(flow.sender_cc.as_deref(), Some("dstar"));
-        assert!(!seen.is_empty() && seen.iter().all(|c| c == "dstar"), "ss saw {seen:?}");
+        assert!(
+            !seen.is_empty() && seen.iter().all(|c| c == "dstar"),
+            "ss saw {seen:?}"
+        );
         assert!(
             flow.goodput_bps >= 0.5 * rate as f64,
             "dstar: {:.1} Mbit/s of {:.1}",

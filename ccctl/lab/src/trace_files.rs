@@ -735,7 +735,9 @@ impl Columns {
             num("lost", self.lost),
             num("total_retrans", self.retrans),
             num("param_version", self.param_version),
-            kinds.bbr_mode.column_of(chunk!(UInt8Chunked, "bbr_mode", self.bbr_mode, bbr)),
+            kinds
+                .bbr_mode
+                .column_of(chunk!(UInt8Chunked, "bbr_mode", self.bbr_mode, bbr)),
             kinds.modest_phase.column_of(chunk!(
                 UInt8Chunked,
                 "modest_phase",
@@ -749,18 +751,20 @@ impl Columns {
             valid!(UInt32Chunked, "max_win", self.max_win, modest),
             valid!(UInt32Chunked, "last_cwnd", self.last_cwnd, modest),
             valid!(Float64Chunked, "theta", self.theta, theta),
-            kinds.dstar_mode.column_of(chunk!(
-                UInt8Chunked,
-                "dstar_mode",
-                self.dstar_mode,
-                dstar
-            )),
+            kinds
+                .dstar_mode
+                .column_of(chunk!(UInt8Chunked, "dstar_mode", self.dstar_mode, dstar)),
             BooleanChunked::new("dstar_slow_start".into(), &dstar_slow_start)
                 .into_series()
                 .into(),
             valid!(UInt32Chunked, "dstar_bdp", self.dstar_bdp, dstar),
             valid!(UInt32Chunked, "dstar_last_bdp", self.dstar_last_bdp, dstar),
-            valid!(UInt32Chunked, "dstar_gain_cwnd", self.dstar_gain_cwnd, dstar),
+            valid!(
+                UInt32Chunked,
+                "dstar_gain_cwnd",
+                self.dstar_gain_cwnd,
+                dstar
+            ),
             valid!(UInt32Chunked, "dstar_sigma", self.dstar_sigma, dstar),
             valid!(
                 UInt64Chunked,
@@ -1139,7 +1143,12 @@ pub(crate) mod tests {
                 );
                 assert_eq!(col("dstar_slow_start"), AnyValue::Boolean(false));
             } else {
-                for c in ["dstar_mode", "dstar_slow_start", "dstar_bdp", "dstar_min_rtt_stamp_ns"] {
+                for c in [
+                    "dstar_mode",
+                    "dstar_slow_start",
+                    "dstar_bdp",
+                    "dstar_min_rtt_stamp_ns",
+                ] {
                     assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
                 }
             }
@@ -1153,7 +1162,10 @@ pub(crate) mod tests {
             &DataType::Boolean
         );
         // A quarter of the rows are D*'s: the rest of dstar_bdp is null.
-        assert_eq!(df.column("dstar_bdp").unwrap().null_count(), n as usize * 3 / 4);
+        assert_eq!(
+            df.column("dstar_bdp").unwrap().null_count(),
+            n as usize * 3 / 4
+        );
     }
 
     #[test]

@@ -283,7 +283,12 @@ mod tests {
         assert_eq!(bits_per_s(u64::MAX), u64::MAX);
         assert_eq!(dstar_mode_name(d.dstar_mode), "gain1");
         assert_eq!(
-            (d.dstar_bdp, d.dstar_gain_cwnd, d.dstar_min_rtt_us, d.dstar_min_rtt_stamp_ns),
+            (
+                d.dstar_bdp,
+                d.dstar_gain_cwnd,
+                d.dstar_min_rtt_us,
+                d.dstar_min_rtt_stamp_ns
+            ),
             (2, 3, 4, 5)
         );
         assert_eq!(dstar_mode_name(9), "unknown");

@@ -722,3 +722,46 @@ pub fn tune_dstar_refuses_bad_values() {
     let v = view("dstar");
     assert_eq!((version(&v), value(&v, "gain_floor")), (3, 4.0));
 }
+
+/// The Fig. 1 check has teeth: flows that run D* with other parameters
+/// than the paper's (a gain floor of 6, a GAIN 1 of 3 RTTs) fail it where
+/// the difference shows, and pass it when told the parameters they ran.
+pub fn fig1_check_rejects_other_parameters(cfg: impl Fn() -> TestbedConfig, secs: u64) {
+    let cases: [(&[&str], &str, Fig1); 2] = [
+        (
+            &["--gain-floor", "6"],
+            "(gain_cwnd)",
+            Fig1 {
+                gain_floor: 6,
+                ..PAPER
+            },
+        ),
+        (
+            &["--gain1-rtts", "3"],
+            "gain1 should have ended",
+            Fig1 {
+                gain1_rtts: 3,
+                ..PAPER
+            },
+        ),
+    ];
+    for (args, needle, truth) in cases {
+        let _clean = Clean::new();
+        let (ev, _) = traced_dstar_flow(cfg(), args, &[], secs, "mutant");
+        let paper = std::panic::catch_unwind(|| check_fig1(&ev, &PAPER));
+        let msg = match paper {
+            Ok(s) => panic!("a flow with {args:?} passed the paper's Fig. 1: {s:?}"),
+            Err(e) => e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default(),
+        };
+        assert!(
+            msg.contains(needle),
+            "{args:?} failed for another reason: {msg}"
+        );
+        let s = check_fig1(&ev, &truth);
+        println!("{args:?}: refused by the paper's check ({needle}), passes its own: {s:?}");
+    }
+}

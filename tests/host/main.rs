@@ -153,6 +153,15 @@ mod dstar {
         );
     }
 
+    /// The check above fails flows run with other parameters (see the function).
+    #[test]
+    fn fig1_check_rejects_other_parameters() {
+        dstar::fig1_check_rejects_other_parameters(
+            || TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
+            4,
+        );
+    }
+
     #[test]
     fn tune_dstar_refuses_bad_values_and_changes_nothing() {
         dstar::tune_dstar_refuses_bad_values();

@@ -507,7 +507,8 @@ pub fn dstar_trace_follows_fig1(cfg: TestbedConfig, secs: u64) {
         s.estimates_checked >= 5 && s.durations_checked >= 10,
         "{s:?}"
     );
-    assert_eq!(s.min_rtt_timeouts, 0, "no 10 s timeout in {secs} s: {s:?}");
+    // A 10 s timeout may come (D* keeps its gain_cwnd queued, so min RTT
+    // need not refresh); check_fig1 has checked each came only after 10 s.
     // Independently of D*'s own RTT sample: the modes last about k x the
     // kernel's smoothed RTT.
     for (mode, r) in &s.srtt_ratio_median {

@@ -563,6 +563,13 @@ mod dstar {
             let _ = tb.destroy();
             Ok((rate, flow, seen))
         });
+        println!(
+            "dstar: {:.1} Mbit/s of {:.1}, {} retransmits, mean RTT {:.1} ms, ss saw {seen:?}",
+            mbit(flow.goodput_bps),
+            mbit(rate as f64),
+            flow.retransmits,
+            flow.mean_rtt_us.unwrap_or(0) as f64 / 1000.0
+        );
         assert_eq!(flow.sender_cc.as_deref(), Some("dstar"));
         assert!(
             !seen.is_empty() && seen.iter().all(|c| c == "dstar"),

@@ -144,14 +144,11 @@ mod dstar {
         );
     }
 
-    /// A 2-packet buffer: the initial window of 10 overflows it at once.
-    #[test]
-    fn dstar_slow_start_exits_on_loss() {
-        dstar::dstar_slow_start_exits_on_loss(
-            TestbedConfig::new(RATE_BPS, buffer_packets(2, 1500)),
-            4,
-        );
-    }
+    // Slow start's exit on loss is a VM test only: with no base RTT here
+    // the BDP estimate is about one packet, so the first GAIN 2 already
+    // finds it not growing and slow start ends on that (checked by
+    // dstar_trace_follows_fig1) before a loss in a 2-packet buffer is even
+    // detected (a host run: BDP exit at event 5, first loss at event 8).
 
     /// The check above fails flows run with other parameters (see the function).
     #[test]

@@ -155,7 +155,7 @@ pub fn check_fig1(ev: &[Ev], p: &Fig1) -> Summary {
             at("D*'s min RTT below the kernel's")
         );
         assert!(
-            !(e.slow_start && e.mode == "drain"),
+            !e.slow_start || e.mode != "drain",
             "{}",
             at("DRAIN in slow start")
         );
@@ -182,7 +182,7 @@ pub fn check_fig1(ev: &[Ev], p: &Fig1) -> Summary {
         // loss recovery / CWR entered. Losses end slow start before Fig. 1's
         // timers are looked at.
         let loss_now = e.lost > b.lost || (e.ca_state >= 2 && b.ca_state < 2);
-        let timer_end = !ss_entry && !(ss_exit && loss_now);
+        let timer_end = !(ss_entry || (ss_exit && loss_now));
 
         if ss_entry {
             // RTO or idle restart: slow start again from 4 packets, GAIN 1.

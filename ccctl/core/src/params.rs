@@ -145,6 +145,7 @@ pub const S_MIN: ParamDef = ParamDef {
 
 /// A TCP D* parameter counted in whole units (ms, packets, RTTs), x1 in the
 /// map. The bounds are the ones `dstar.bpf.c` clamps to on every read.
+#[allow(clippy::too_many_arguments)] // one per ParamDef field that differs
 const fn dstar_whole(
     name: &'static str,
     flag: &'static str,

@@ -766,3 +766,32 @@ pub fn fig1_check_rejects_other_parameters(cfg: impl Fn() -> TestbedConfig, secs
         println!("{args:?}: refused by the paper's check ({needle}), passes its own: {s:?}");
     }
 }
+
+/// `ccctl load dstar --default` makes it the system default, `status`
+/// says what unload restores and that it is the default;
+/// `unload` restores the previous default. (VM only: the host's default
+/// is not ours to change.)
+pub fn dstar_as_default_and_restored() {
+    use super::default_cc;
+    let _clean = Clean::new();
+    let before = default_cc();
+    assert_ne!(before, "dstar");
+    ccctl(&["load", "dstar", "--default"]).ok();
+    assert_eq!(default_cc(), "dstar");
+    let st = ccctl(&["status", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&st.stdout).unwrap_or_default();
+    assert_eq!(v["loaded"][0]["name"], "dstar", "{v}");
+    assert_eq!(v["loaded"][0]["is_default"], true, "{v}");
+    assert_eq!(
+        v["loaded"][0]["restores_default"],
+        serde_json::Value::String(before.clone()),
+        "{v}"
+    );
+    let out = ccctl(&["unload", "dstar"]).ok();
+    assert!(
+        out.stdout.contains(&format!("restored to {before}")),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(default_cc(), before);
+}

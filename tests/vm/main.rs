@@ -609,6 +609,12 @@ mod dstar {
     }
 
     #[test]
+    fn dstar_as_default_and_restored() {
+        require_vm();
+        dstar::dstar_as_default_and_restored();
+    }
+
+    #[test]
     fn tune_dstar_refuses_bad_values_and_changes_nothing() {
         require_vm();
         dstar::tune_dstar_refuses_bad_values();

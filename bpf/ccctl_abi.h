@@ -88,6 +88,13 @@ struct ccctl_params {
 	__u32 w_min;         /* Modest BBR W_min x 1024 */
 	__u32 w_max;         /* Modest BBR W_max x 1024 */
 	__u32 s_min;         /* Modest BBR S_min, packets */
+	/* TCP D* (dstar.bpf.c clamps each on read; bounds there and in params.rs) */
+	__u32 dstar_min_rtt_win_ms; /* min-RTT expiry, ms; default 10000 (Fig. 1's 10 s) */
+	__u32 dstar_sigma_factor;   /* deviation factor x CCCTL_GAIN_UNIT; default 2.0 (512) */
+	__u32 dstar_gain_floor;     /* gain_cwnd floor, packets; default 4 */
+	__u32 dstar_drain_rtts;     /* DRAIN length, RTTs; default 2 */
+	__u32 dstar_gain1_rtts;     /* GAIN 1 length, RTTs; default 2 */
+	__u32 dstar_gain2_rtts;     /* GAIN 2 length, RTTs; default 1 */
 };
 
 /*
@@ -123,6 +130,11 @@ struct ccctl_trace_sk {
 	__u32 acks;                /* ACKs seen while tracing, for sample_every */
 	__u32 next_round_delivered;/* once_per_rtt: emit again when tp->delivered reaches it */
 };
+
+/* TCP D* mode (ccctl_event.dstar_mode), Fig. 1 of tcp-dstar.txt. */
+#define CCCTL_DSTAR_DRAIN 0 /* window at 4 packets so the queue empties and min RTT is re-measured */
+#define CCCTL_DSTAR_GAIN1 1 /* window BDP + gain_cwnd, waiting for the pipe to settle */
+#define CCCTL_DSTAR_GAIN2 2 /* same window, delivered packets counted for eq. 1 */
 
 /* Modest BBR phase (ccctl_event.modest_phase). */
 #define CCCTL_MODEST_INACTIVE 0 /* not in ProbeBW, or no retransmission yet */
@@ -164,12 +176,24 @@ struct ccctl_event {
 	__u32 max_win;        /* packets */
 	__u32 last_cwnd;      /* packets */
 	__u32 pad2;
-	/* Reserved for patched BBR and TCP D*: filled when they land. */
+	/* Reserved for patched BBR: filled when it lands. */
 	__s64 theta_fp;       /* patched BBR theta x 65536 */
-	__u32 dstar[4];       /* TCP D* state */
+	/* TCP D* (0 where it does not apply) */
+	__u8 dstar_mode;      /* CCCTL_DSTAR_* */
+	__u8 dstar_slow_start;/* 1 while in slow start (Sec. 3.3) */
+	__u16 pad3;
+	__u32 dstar_bdp;      /* packets: BDP estimate, eq. 2 */
+	__u32 dstar_last_bdp; /* packets: the estimate before it */
+	__u32 dstar_gain_cwnd;/* packets: window above the BDP */
+	__u32 dstar_sigma;    /* packets: |bdp - last_bdp| */
+	__u32 dstar_min_rtt_us; /* D*'s own min RTT (Fig. 1), not the kernel's */
+	__u32 dstar_rtt_us;   /* the latest RTT sample, Fig. 1's mode timer unit */
+	__u32 pad4;
+	__u64 dstar_delivery_rate;   /* bytes/s: eq. 1's estimate from the last GAIN 2 */
+	__u64 dstar_min_rtt_stamp_ns;/* when dstar_min_rtt_us was last refreshed, ts_ns's clock */
 };
 
-/* The event is 152 bytes with no implicit padding on either side. */
-#define CCCTL_EVENT_SIZE 152
+/* The event is 184 bytes with no implicit padding on either side. */
+#define CCCTL_EVENT_SIZE 184
 
 #endif /* __CCCTL_ABI_H */

@@ -106,6 +106,7 @@ struct inet_connection_sock {
 	__u8 icsk_ca_initialized : 1;
 	__u8 icsk_ca_setsockopt : 1;
 	__u8 icsk_ca_dst_locked : 1;
+	__u32 icsk_rto;                   /* retransmission timeout, jiffies */
 	__u64 icsk_ca_priv[13];           /* 104 bytes of private CC state */
 } __attribute__((preserve_access_index));
 
@@ -132,6 +133,7 @@ struct tcp_sock {
 	__u32 lost;             /* total packets marked lost */
 	__u32 delivered;        /* total packets delivered, incl. retransmits */
 	__u32 app_limited;      /* delivered count at which app-limit ends; writable from 6.4 */
+	__u32 lsndtime;         /* jiffies of the last data sent */
 	__u64 delivered_mstamp; /* us time of the last delivery */
 	__u64 tcp_mstamp;       /* us time of the most recent packet received/sent */
 	__u64 tcp_clock_cache;  /* ns clock, refreshed per event */

@@ -7,12 +7,12 @@ use serde_json::Value;
 use super::{ccctl, registered, snapshot, Clean};
 
 /// `ccctl tune ALGO --json`, parsed.
-fn view(algo: &str) -> Value {
+pub fn view(algo: &str) -> Value {
     let out = ccctl(&["tune", algo, "--json"]).ok();
     serde_json::from_str(&out.stdout).expect("tune --json is JSON")
 }
 
-fn value(v: &Value, name: &str) -> f64 {
+pub fn value(v: &Value, name: &str) -> f64 {
     v["params"]
         .as_array()
         .and_then(|ps| ps.iter().find(|p| p["name"] == name))
@@ -20,7 +20,7 @@ fn value(v: &Value, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in {v}"))
 }
 
-fn version(v: &Value) -> u64 {
+pub fn version(v: &Value) -> u64 {
     v["version"]
         .as_u64()
         .unwrap_or_else(|| panic!("no version in {v}"))
@@ -36,7 +36,7 @@ fn built_in(name: &str) -> bool {
 
 /// Each case must fail naming `needles`, with `algo`'s whole view
 /// (values and version) and the kernel's state unchanged.
-fn refused_without_change(algo: &str, cases: &[(&[&str], &[&str])]) {
+pub fn refused_without_change(algo: &str, cases: &[(&[&str], &[&str])]) {
     let before = view(algo);
     let state = snapshot();
     for (args, needles) in cases {

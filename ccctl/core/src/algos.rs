@@ -61,6 +61,11 @@ pub static ALGORITHMS: &[Algorithm] = &[Algorithm {
     kernel_name: "modest_bbr",
     summary: "Modest BBR: BBR v1 plus a retransmission-driven window search in probe_bw (W_min, W_max, S_min)",
     register: skeleton_register!(modest_bbr::ModestBbrSkelBuilder),
+}, Algorithm {
+    name: "dstar",
+    kernel_name: "dstar",
+    summary: "TCP D*: window first, no pacing; DRAIN/GAIN 1/GAIN 2 cycle sets cwnd = BDP + gain_cwnd from the BDP estimate's deviation",
+    register: skeleton_register!(dstar::DstarSkelBuilder),
 }];
 
 /// Find an algorithm by its user or kernel name.

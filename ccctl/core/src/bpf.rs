@@ -15,3 +15,7 @@ pub mod bbr {
 pub mod modest_bbr {
     include!(concat!(env!("OUT_DIR"), "/modest_bbr.skel.rs"));
 }
+
+pub mod dstar {
+    include!(concat!(env!("OUT_DIR"), "/dstar.skel.rs"));
+}

@@ -61,6 +61,12 @@ pub fn default_params() -> abi::ccctl_params {
         w_min: 768,
         w_max: 1024,
         s_min: 1,
+        dstar_min_rtt_win_ms: 10_000,
+        dstar_sigma_factor: 2 * abi::CCCTL_GAIN_UNIT,
+        dstar_gain_floor: 4,
+        dstar_drain_rtts: 2,
+        dstar_gain1_rtts: 2,
+        dstar_gain2_rtts: 1,
     }
 }
 

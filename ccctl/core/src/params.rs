@@ -143,14 +143,152 @@ pub const S_MIN: ParamDef = ParamDef {
     set: |p, v| p.s_min = v,
 };
 
+/// A TCP D* parameter counted in whole units (ms, packets, RTTs), x1 in the
+/// map. The bounds are the ones `dstar.bpf.c` clamps to on every read.
+#[allow(clippy::too_many_arguments)] // one per ParamDef field that differs
+const fn dstar_whole(
+    name: &'static str,
+    flag: &'static str,
+    summary: &'static str,
+    unit: &'static str,
+    min: f64,
+    max: f64,
+    default: f64,
+    get: fn(&abi::ccctl_params) -> u32,
+    set: fn(&mut abi::ccctl_params, u32),
+) -> ParamDef {
+    ParamDef {
+        name,
+        flag,
+        summary,
+        unit,
+        scale: 1.0,
+        min,
+        max,
+        min_exclusive: false,
+        max_exclusive: false,
+        default,
+        integer: true,
+        get,
+        set,
+    }
+}
+
+/// TCP D*: how long min RTT may go un-refreshed before DRAIN, ms (Fig. 1's
+/// 10 s); 10 ms to 10 min (`DSTAR_MIN_RTT_WIN_MS_LO`, `_HI`).
+pub const DSTAR_MIN_RTT_WIN: ParamDef = dstar_whole(
+    "min_rtt_win_ms",
+    "min-rtt-win-ms",
+    "TCP D*: min RTT expires after this long without a refresh (then cwnd 4, DRAIN)",
+    "ms",
+    10.0,
+    600_000.0,
+    10_000.0,
+    |p| p.dstar_min_rtt_win_ms,
+    |p, v| p.dstar_min_rtt_win_ms = v,
+);
+
+/// TCP D*: gain_cwnd = floor + min(factor x sigma, BDP); x256 in the map,
+/// 0 to 8 (`DSTAR_SIGMA_FACTOR_HI`).
+pub const DSTAR_SIGMA_FACTOR: ParamDef = ParamDef {
+    name: "sigma_factor",
+    flag: "sigma-factor",
+    summary: "TCP D*: deviation factor, gain_cwnd = floor + min(factor x |BDP - last BDP|, BDP)",
+    unit: "x sigma",
+    scale: abi::CCCTL_GAIN_UNIT as f64,
+    min: 0.0,
+    max: 8.0,
+    min_exclusive: false,
+    max_exclusive: false,
+    default: 2.0,
+    integer: false,
+    get: |p| p.dstar_sigma_factor,
+    set: |p, v| p.dstar_sigma_factor = v,
+};
+
+/// TCP D*: gain_cwnd's floor, whole packets, 1 to 64.
+pub const DSTAR_GAIN_FLOOR: ParamDef = dstar_whole(
+    "gain_floor",
+    "gain-floor",
+    "TCP D*: smallest gain_cwnd, the packets probed above the BDP",
+    "packets",
+    1.0,
+    64.0,
+    4.0,
+    |p| p.dstar_gain_floor,
+    |p, v| p.dstar_gain_floor = v,
+);
+
+/// TCP D*: DRAIN's length, whole RTTs, 1 to 16.
+pub const DSTAR_DRAIN_RTTS: ParamDef = dstar_whole(
+    "drain_rtts",
+    "drain-rtts",
+    "TCP D*: DRAIN lasts more than this many RTTs",
+    "RTTs",
+    1.0,
+    16.0,
+    2.0,
+    |p| p.dstar_drain_rtts,
+    |p, v| p.dstar_drain_rtts = v,
+);
+
+/// TCP D*: GAIN 1's length, whole RTTs, 1 to 16.
+pub const DSTAR_GAIN1_RTTS: ParamDef = dstar_whole(
+    "gain1_rtts",
+    "gain1-rtts",
+    "TCP D*: GAIN 1 (settling at the new window) lasts more than this many RTTs",
+    "RTTs",
+    1.0,
+    16.0,
+    2.0,
+    |p| p.dstar_gain1_rtts,
+    |p, v| p.dstar_gain1_rtts = v,
+);
+
+/// TCP D*: GAIN 2's length (the delivery-rate measurement), whole RTTs, 1 to 16.
+pub const DSTAR_GAIN2_RTTS: ParamDef = dstar_whole(
+    "gain2_rtts",
+    "gain2-rtts",
+    "TCP D*: GAIN 2 (counting delivered packets for eq. 1) lasts more than this many RTTs",
+    "RTTs",
+    1.0,
+    16.0,
+    1.0,
+    |p| p.dstar_gain2_rtts,
+    |p, v| p.dstar_gain2_rtts = v,
+);
+
+/// TCP D*'s parameters, in the order `ccctl tune dstar` shows them.
+pub const DSTAR: &[ParamDef] = &[
+    DSTAR_MIN_RTT_WIN,
+    DSTAR_SIGMA_FACTOR,
+    DSTAR_GAIN_FLOOR,
+    DSTAR_DRAIN_RTTS,
+    DSTAR_GAIN1_RTTS,
+    DSTAR_GAIN2_RTTS,
+];
+
 /// Every parameter any algorithm has, to name unknown ones helpfully.
-pub const ALL: &[ParamDef] = &[W_MIN, W_MAX, S_MIN, CWND_GAIN, PROBE_UP_GAIN];
+pub const ALL: &[ParamDef] = &[
+    W_MIN,
+    W_MAX,
+    S_MIN,
+    CWND_GAIN,
+    PROBE_UP_GAIN,
+    DSTAR_MIN_RTT_WIN,
+    DSTAR_SIGMA_FACTOR,
+    DSTAR_GAIN_FLOOR,
+    DSTAR_DRAIN_RTTS,
+    DSTAR_GAIN1_RTTS,
+    DSTAR_GAIN2_RTTS,
+];
 
 /// Parameters of each algorithm, by its user name.
 pub fn defs_for(algo: &Algorithm) -> &'static [ParamDef] {
     match algo.name {
         "bbr" => &[CWND_GAIN, PROBE_UP_GAIN],
         "modest-bbr" => &[CWND_GAIN, PROBE_UP_GAIN, W_MIN, W_MAX, S_MIN],
+        "dstar" => DSTAR,
         _ => &[],
     }
 }

@@ -22,11 +22,21 @@
 //! | `param_version` | u32 | version of the tunable parameters in force |
 //! | `bbr_mode` | enum string | `startup`, `drain`, `probe_bw`, `probe_rtt`, `unknown` (BBR family) |
 //! | `modest_phase` | enum string | `inactive`, `binary`, `linear`, `unknown` (Modest BBR) |
-//! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) |
-//! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s |
-//! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR; 0 elsewhere) |
-//! | `theta` | f64 | patched BBR theta (fixed point / 65536) |
-//! | `dstar_0` .. `dstar_3` | u32 | TCP D* state |
+//! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) (BBR family) |
+//! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s (BBR family) |
+//! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR) |
+//! | `theta` | f64 | patched BBR theta (fixed point / 65536) (patched BBR) |
+//! | `dstar_mode` | enum string | `drain`, `gain1`, `gain2`, `unknown`: Fig. 1's mode (TCP D*) |
+//! | `dstar_slow_start` | bool | in slow start, Sec. 3.3 (TCP D*) |
+//! | `dstar_bdp`, `dstar_last_bdp` | u32 | packets: the BDP estimate (eq. 2) and the one before (TCP D*) |
+//! | `dstar_gain_cwnd`, `dstar_sigma` | u32 | packets: the window above the BDP, and abs(bdp - last_bdp) (TCP D*) |
+//! | `dstar_delivery_rate_bps` | u64 | bit/s: eq. 1's estimate from the last GAIN 2 (TCP D*) |
+//! | `dstar_min_rtt_us`, `dstar_rtt_us` | u32 | D*'s own min RTT and the latest RTT sample, Fig. 1's timer unit (TCP D*) |
+//! | `dstar_min_rtt_stamp_ns` | u64 | when `dstar_min_rtt_us` was last refreshed, the clock of `ts_ns` (TCP D*) |
+//!
+//! The columns from `bbr_mode` on belong to one algorithm or family (in
+//! parentheses): on the rows of any other algorithm they are null (empty in
+//! CSV), never 0.
 //!
 //! String-valued columns are dictionary-encoded in the file (polars Enum
 //! and Categorical; Arrow `dictionary<string>`): they read as strings in
@@ -121,7 +131,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 34] = [
+pub const COLUMNS: [&str; 40] = [
     "ts_ns",
     "flow_id",
     "saddr",
@@ -152,10 +162,16 @@ pub const COLUMNS: [&str; 34] = [
     "max_win",
     "last_cwnd",
     "theta",
-    "dstar_0",
-    "dstar_1",
-    "dstar_2",
-    "dstar_3",
+    "dstar_mode",
+    "dstar_slow_start",
+    "dstar_bdp",
+    "dstar_last_bdp",
+    "dstar_gain_cwnd",
+    "dstar_sigma",
+    "dstar_delivery_rate_bps",
+    "dstar_min_rtt_us",
+    "dstar_rtt_us",
+    "dstar_min_rtt_stamp_ns",
 ];
 
 enum Msg {
@@ -463,7 +479,11 @@ impl EnumColumn {
     }
 
     fn column(&self, name: &str, codes: Vec<u8>) -> Column {
-        let phys = UInt8Chunked::from_vec(name.into(), codes);
+        self.column_of(UInt8Chunked::from_vec(name.into(), codes))
+    }
+
+    /// The column from its codes as a chunk (nulls where it has them).
+    fn column_of(&self, phys: UInt8Chunked) -> Column {
         // SAFETY: the codes index the categories this dtype was built from.
         unsafe { Categorical8Chunked::from_cats_and_dtype_unchecked(phys, self.dtype.clone()) }
             .into_series()
@@ -477,6 +497,7 @@ struct ColumnKinds {
     algo: EnumColumn,
     bbr_mode: EnumColumn,
     modest_phase: EnumColumn,
+    dstar_mode: EnumColumn,
 }
 
 impl ColumnKinds {
@@ -486,6 +507,7 @@ impl ColumnKinds {
             algo: EnumColumn::new(event::algo_name)?,
             bbr_mode: EnumColumn::new(event::bbr_mode_name)?,
             modest_phase: EnumColumn::new(event::modest_phase_name)?,
+            dstar_mode: EnumColumn::new(event::dstar_mode_name)?,
         })
     }
 }
@@ -522,7 +544,22 @@ struct Columns {
     max_win: Vec<u32>,
     last_cwnd: Vec<u32>,
     theta: Vec<f64>,
-    dstar: [Vec<u32>; 4],
+    dstar_mode: Vec<u8>,
+    dstar_slow_start: Vec<bool>,
+    dstar_bdp: Vec<u32>,
+    dstar_last_bdp: Vec<u32>,
+    dstar_gain_cwnd: Vec<u32>,
+    dstar_sigma: Vec<u32>,
+    dstar_delivery: Vec<u64>,
+    dstar_min_rtt: Vec<u32>,
+    dstar_rtt: Vec<u32>,
+    dstar_min_rtt_stamp: Vec<u64>,
+    /// Per row: does its algorithm have the BBR family's, Modest BBR's,
+    /// patched BBR's, TCP D*'s columns? (null where not)
+    has_bbr: Vec<bool>,
+    has_modest: Vec<bool>,
+    has_theta: Vec<bool>,
+    has_dstar: Vec<bool>,
 }
 
 impl Columns {
@@ -561,7 +598,20 @@ impl Columns {
             max_win: v(n),
             last_cwnd: v(n),
             theta: v(n),
-            dstar: [v(n), v(n), v(n), v(n)],
+            dstar_mode: v(n),
+            dstar_slow_start: v(n),
+            dstar_bdp: v(n),
+            dstar_last_bdp: v(n),
+            dstar_gain_cwnd: v(n),
+            dstar_sigma: v(n),
+            dstar_delivery: v(n),
+            dstar_min_rtt: v(n),
+            dstar_rtt: v(n),
+            dstar_min_rtt_stamp: v(n),
+            has_bbr: v(n),
+            has_modest: v(n),
+            has_theta: v(n),
+            has_dstar: v(n),
         }
     }
 
@@ -606,9 +656,21 @@ impl Columns {
         self.max_win.push(e.max_win);
         self.last_cwnd.push(e.last_cwnd);
         self.theta.push(event::theta(e.theta_fp));
-        for (col, v) in self.dstar.iter_mut().zip(e.dstar) {
-            col.push(v);
-        }
+        self.dstar_mode.push(kinds.dstar_mode.code(e.dstar_mode));
+        self.dstar_slow_start.push(e.dstar_slow_start != 0);
+        self.dstar_bdp.push(e.dstar_bdp);
+        self.dstar_last_bdp.push(e.dstar_last_bdp);
+        self.dstar_gain_cwnd.push(e.dstar_gain_cwnd);
+        self.dstar_sigma.push(e.dstar_sigma);
+        self.dstar_delivery
+            .push(event::bits_per_s(e.dstar_delivery_rate));
+        self.dstar_min_rtt.push(e.dstar_min_rtt_us);
+        self.dstar_rtt.push(e.dstar_rtt_us);
+        self.dstar_min_rtt_stamp.push(e.dstar_min_rtt_stamp_ns);
+        self.has_bbr.push(event::has_bbr_state(e.algo));
+        self.has_modest.push(event::has_modest_state(e.algo));
+        self.has_theta.push(event::has_theta(e.algo));
+        self.has_dstar.push(event::has_dstar_state(e.algo));
         Ok(())
     }
 
@@ -620,8 +682,37 @@ impl Columns {
         {
             Series::from_vec(name.into(), v).into()
         }
+        // One validity bitmap per group of columns, shared by its columns.
+        fn validity(name: &str, mask: &[bool]) -> BooleanChunked {
+            BooleanChunked::from_slice(name.into(), mask)
+        }
+        // A chunk with nulls where `$valid` (a BooleanChunked) is false.
+        macro_rules! chunk {
+            ($chunked:ty, $name:expr, $v:expr, $valid:expr) => {
+                <$chunked>::from_vec_validity(
+                    $name.into(),
+                    $v,
+                    $valid.downcast_iter().next().map(|a| a.values().clone()),
+                )
+            };
+        }
+        // ... as a numeric column.
+        macro_rules! valid {
+            ($chunked:ty, $name:expr, $v:expr, $valid:expr) => {
+                chunk!($chunked, $name, $v, $valid).into_series().into()
+            };
+        }
         let n = self.len();
-        let [d0, d1, d2, d3] = self.dstar;
+        let bbr = validity("has_bbr", &self.has_bbr);
+        let modest = validity("has_modest", &self.has_modest);
+        let theta = validity("has_theta", &self.has_theta);
+        let dstar = validity("has_dstar", &self.has_dstar);
+        let dstar_slow_start: Vec<Option<bool>> = self
+            .dstar_slow_start
+            .iter()
+            .zip(&self.has_dstar)
+            .map(|(&v, &has)| has.then_some(v))
+            .collect();
         let columns = vec![
             num("ts_ns", self.ts_ns),
             num("flow_id", self.flow_id),
@@ -644,19 +735,51 @@ impl Columns {
             num("lost", self.lost),
             num("total_retrans", self.retrans),
             num("param_version", self.param_version),
-            kinds.bbr_mode.column("bbr_mode", self.bbr_mode),
-            kinds.modest_phase.column("modest_phase", self.modest_phase),
-            num("pacing_gain", self.pacing_gain),
-            num("cwnd_gain", self.cwnd_gain),
-            num("btl_bw_bps", self.btl_bw),
-            num("min_win", self.min_win),
-            num("max_win", self.max_win),
-            num("last_cwnd", self.last_cwnd),
-            num("theta", self.theta),
-            num("dstar_0", d0),
-            num("dstar_1", d1),
-            num("dstar_2", d2),
-            num("dstar_3", d3),
+            kinds
+                .bbr_mode
+                .column_of(chunk!(UInt8Chunked, "bbr_mode", self.bbr_mode, bbr)),
+            kinds.modest_phase.column_of(chunk!(
+                UInt8Chunked,
+                "modest_phase",
+                self.modest_phase,
+                modest
+            )),
+            valid!(Float64Chunked, "pacing_gain", self.pacing_gain, bbr),
+            valid!(Float64Chunked, "cwnd_gain", self.cwnd_gain, bbr),
+            valid!(UInt64Chunked, "btl_bw_bps", self.btl_bw, bbr),
+            valid!(UInt32Chunked, "min_win", self.min_win, modest),
+            valid!(UInt32Chunked, "max_win", self.max_win, modest),
+            valid!(UInt32Chunked, "last_cwnd", self.last_cwnd, modest),
+            valid!(Float64Chunked, "theta", self.theta, theta),
+            kinds
+                .dstar_mode
+                .column_of(chunk!(UInt8Chunked, "dstar_mode", self.dstar_mode, dstar)),
+            BooleanChunked::new("dstar_slow_start".into(), &dstar_slow_start)
+                .into_series()
+                .into(),
+            valid!(UInt32Chunked, "dstar_bdp", self.dstar_bdp, dstar),
+            valid!(UInt32Chunked, "dstar_last_bdp", self.dstar_last_bdp, dstar),
+            valid!(
+                UInt32Chunked,
+                "dstar_gain_cwnd",
+                self.dstar_gain_cwnd,
+                dstar
+            ),
+            valid!(UInt32Chunked, "dstar_sigma", self.dstar_sigma, dstar),
+            valid!(
+                UInt64Chunked,
+                "dstar_delivery_rate_bps",
+                self.dstar_delivery,
+                dstar
+            ),
+            valid!(UInt32Chunked, "dstar_min_rtt_us", self.dstar_min_rtt, dstar),
+            valid!(UInt32Chunked, "dstar_rtt_us", self.dstar_rtt, dstar),
+            valid!(
+                UInt64Chunked,
+                "dstar_min_rtt_stamp_ns",
+                self.dstar_min_rtt_stamp,
+                dstar
+            ),
         ];
         debug_assert!(columns.iter().map(|c| c.name().as_str()).eq(COLUMNS));
         Ok(DataFrame::new(n, columns)?)
@@ -684,9 +807,20 @@ impl CsvSink {
     }
 
     fn row(&mut self, e: &ccctl_event) -> std::io::Result<()> {
+        // Columns of another algorithm are empty (null), never 0.
+        fn opt<T: std::fmt::Display>(has: bool, v: T) -> String {
+            if has {
+                v.to_string()
+            } else {
+                String::new()
+            }
+        }
+        let bbr = event::has_bbr_state(e.algo);
+        let modest = event::has_modest_state(e.algo);
+        let ds = event::has_dstar_state(e.algo);
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             e.ts_ns,
             e.flow_id,
             event::addr_string(e.family, e.saddr),
@@ -708,19 +842,25 @@ impl CsvSink {
             e.lost,
             e.total_retrans,
             e.param_version,
-            event::bbr_mode_name(e.bbr_mode),
-            event::modest_phase_name(e.modest_phase),
-            event::gain(e.pacing_gain),
-            event::gain(e.cwnd_gain),
-            event::bits_per_s(e.btl_bw),
-            e.min_win,
-            e.max_win,
-            e.last_cwnd,
-            event::theta(e.theta_fp),
-            e.dstar[0],
-            e.dstar[1],
-            e.dstar[2],
-            e.dstar[3],
+            opt(bbr, event::bbr_mode_name(e.bbr_mode)),
+            opt(modest, event::modest_phase_name(e.modest_phase)),
+            opt(bbr, event::gain(e.pacing_gain)),
+            opt(bbr, event::gain(e.cwnd_gain)),
+            opt(bbr, event::bits_per_s(e.btl_bw)),
+            opt(modest, e.min_win),
+            opt(modest, e.max_win),
+            opt(modest, e.last_cwnd),
+            opt(event::has_theta(e.algo), event::theta(e.theta_fp)),
+            opt(ds, event::dstar_mode_name(e.dstar_mode)),
+            opt(ds, e.dstar_slow_start != 0),
+            opt(ds, e.dstar_bdp),
+            opt(ds, e.dstar_last_bdp),
+            opt(ds, e.dstar_gain_cwnd),
+            opt(ds, e.dstar_sigma),
+            opt(ds, event::bits_per_s(e.dstar_delivery_rate)),
+            opt(ds, e.dstar_min_rtt_us),
+            opt(ds, e.dstar_rtt_us),
+            opt(ds, e.dstar_min_rtt_stamp_ns),
         )
     }
 }
@@ -947,7 +1087,7 @@ pub(crate) mod tests {
             .map(|s| s.to_string())
             .collect();
         assert_eq!(names, COLUMNS);
-        for i in [0u64, 1, 16_383, 16_384, 199_999] {
+        for i in [0u64, 1, 2, 3, 16_383, 16_384, 199_999] {
             let want = synthetic_event(i);
             let row = i as usize;
             let col = |name: &str| df.column(name).unwrap().get(row).unwrap().into_static();
@@ -960,20 +1100,72 @@ pub(crate) mod tests {
             );
             assert_eq!(col("algo").get_str().unwrap(), event::algo_name(want.algo));
             assert_eq!(
-                col("bbr_mode").get_str().unwrap(),
-                event::bbr_mode_name(want.bbr_mode)
-            );
-            assert_eq!(
-                col("pacing_gain"),
-                AnyValue::Float64(event::gain(want.pacing_gain))
-            );
-            assert_eq!(
                 col("pacing_rate_bps"),
                 AnyValue::UInt64(want.pacing_rate * 8)
             );
-            assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta_fp)));
-            assert_eq!(col("dstar_3"), AnyValue::UInt32(want.dstar[3]));
+            // Each algorithm's own columns; null on every other's rows.
+            let a = want.algo;
+            if event::has_bbr_state(a) {
+                assert_eq!(
+                    col("bbr_mode").get_str().unwrap(),
+                    event::bbr_mode_name(want.bbr_mode)
+                );
+                assert_eq!(
+                    col("pacing_gain"),
+                    AnyValue::Float64(event::gain(want.pacing_gain))
+                );
+            } else {
+                for c in ["bbr_mode", "pacing_gain", "cwnd_gain", "btl_bw_bps"] {
+                    assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
+                }
+            }
+            if event::has_modest_state(a) {
+                assert_eq!(col("min_win"), AnyValue::UInt32(want.min_win));
+            } else {
+                for c in ["modest_phase", "min_win", "max_win", "last_cwnd"] {
+                    assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
+                }
+            }
+            if event::has_theta(a) {
+                assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta_fp)));
+            } else {
+                assert_eq!(col("theta"), AnyValue::Null, "theta on a row of algo {a}");
+            }
+            if event::has_dstar_state(a) {
+                assert_eq!(
+                    col("dstar_mode").get_str().unwrap(),
+                    event::dstar_mode_name(want.dstar_mode)
+                );
+                assert_eq!(col("dstar_bdp"), AnyValue::UInt32(want.dstar_bdp));
+                assert_eq!(
+                    col("dstar_gain_cwnd"),
+                    AnyValue::UInt32(want.dstar_gain_cwnd)
+                );
+                assert_eq!(col("dstar_slow_start"), AnyValue::Boolean(false));
+            } else {
+                for c in [
+                    "dstar_mode",
+                    "dstar_slow_start",
+                    "dstar_bdp",
+                    "dstar_min_rtt_stamp_ns",
+                ] {
+                    assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
+                }
+            }
         }
+        assert!(matches!(
+            df.column("dstar_mode").unwrap().dtype(),
+            DataType::Enum(..)
+        ));
+        assert_eq!(
+            df.column("dstar_slow_start").unwrap().dtype(),
+            &DataType::Boolean
+        );
+        // A quarter of the rows are D*'s: the rest of dstar_bdp is null.
+        assert_eq!(
+            df.column("dstar_bdp").unwrap().null_count(),
+            n as usize * 3 / 4
+        );
     }
 
     #[test]
@@ -1036,14 +1228,33 @@ pub(crate) mod tests {
             assert_eq!(row[col("saddr")], event::ipv4(want.saddr).to_string());
             assert_eq!(row[col("algo")], event::algo_name(want.algo));
             assert_eq!(row[col("cwnd")].parse::<u32>().unwrap(), want.cwnd);
-            assert_eq!(
-                row[col("cwnd_gain")].parse::<f64>().unwrap(),
-                event::gain(want.cwnd_gain)
-            );
-            assert_eq!(
-                row[col("theta")].parse::<f64>().unwrap(),
-                event::theta(want.theta_fp)
-            );
+            let a = want.algo;
+            if event::has_bbr_state(a) {
+                assert_eq!(
+                    row[col("cwnd_gain")].parse::<f64>().unwrap(),
+                    event::gain(want.cwnd_gain)
+                );
+            } else {
+                assert_eq!(row[col("cwnd_gain")], "", "cwnd_gain on algo {a}");
+            }
+            if event::has_theta(a) {
+                assert_eq!(
+                    row[col("theta")].parse::<f64>().unwrap(),
+                    event::theta(want.theta_fp)
+                );
+            } else {
+                assert_eq!(row[col("theta")], "", "theta on algo {a}");
+            }
+            if event::has_dstar_state(a) {
+                assert_eq!(
+                    row[col("dstar_mode")],
+                    event::dstar_mode_name(want.dstar_mode)
+                );
+                assert_eq!(row[col("dstar_bdp")], want.dstar_bdp.to_string());
+            } else {
+                assert_eq!(row[col("dstar_bdp")], "", "dstar_bdp on algo {a}");
+                assert_eq!(row[col("min_win")].is_empty(), !event::has_modest_state(a));
+            }
         }
     }
 

@@ -10,7 +10,10 @@
 //! default = false             # make it net.ipv4.tcp_congestion_control
 //! params = { cwnd_gain = 2.0, probe_up_gain = 1.25 }
 //!                             # modest-bbr also: w_min, w_max, s_min (or wmin,
-//!                             # wmax, smin); unlisted ones are at their defaults
+//!                             # wmax, smin); dstar has min_rtt_win_ms,
+//!                             # sigma_factor, gain_floor, drain_rtts,
+//!                             # gain1_rtts, gain2_rtts (and no BBR gains);
+//!                             # unlisted ones are at their defaults
 //!
 //! [trace]                     # optional: per-ACK traces to rotating Parquet files
 //! out_dir = "/var/lib/ccctl/traces"
@@ -245,6 +248,26 @@ mod tests {
         ];
         for (params, needle) in cases {
             let text = format!("[[algorithms]]\nname = \"modest-bbr\"\n{params}");
+            let e = DaemonConfig::from_toml(&text).expect_err(params);
+            assert!(
+                e.contains("algorithms[0].params") && e.contains(needle),
+                "{params}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn dstar_params_by_name_or_flag() {
+        let ok = "[[algorithms]]\nname = \"dstar\"\nparams = { min_rtt_win_ms = 500, sigma-factor = 1.5, gain_floor = 2, drain_rtts = 3, gain1_rtts = 2, gain2_rtts = 1 }";
+        DaemonConfig::from_toml(ok).expect("valid dstar params");
+        let cases = [
+            ("params = { min_rtt_win_ms = 5 }", "10 to 600000"),
+            ("params = { gain_floor = 2.5 }", "whole number"),
+            ("params = { sigma_factor = 9 }", "0 to 8"),
+            ("params = { cwnd_gain = 2.0 }", "not a parameter of dstar"),
+        ];
+        for (params, needle) in cases {
+            let text = format!("[[algorithms]]\nname = \"dstar\"\n{params}");
             let e = DaemonConfig::from_toml(&text).expect_err(params);
             assert!(
                 e.contains("algorithms[0].params") && e.contains(needle),

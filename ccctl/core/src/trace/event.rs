@@ -150,6 +150,45 @@ pub fn gain(fp: u32) -> f64 {
     fp as f64 / abi::CCCTL_GAIN_UNIT as f64
 }
 
+/// TCP D*'s mode (`CCCTL_DSTAR_*`, Fig. 1 of tcp-dstar.txt) as a name.
+#[inline]
+pub fn dstar_mode_name(mode: u8) -> &'static str {
+    match mode as u32 {
+        abi::CCCTL_DSTAR_DRAIN => "drain",
+        abi::CCCTL_DSTAR_GAIN1 => "gain1",
+        abi::CCCTL_DSTAR_GAIN2 => "gain2",
+        _ => "unknown",
+    }
+}
+
+/// Does an event of algorithm `algo` (`CCCTL_ALGO_*`) carry BBR's state
+/// (`bbr_mode`, gains, `btl_bw`)? The BBR family does; D* does not.
+#[inline]
+pub fn has_bbr_state(algo: u8) -> bool {
+    matches!(
+        algo as u32,
+        abi::CCCTL_ALGO_BBR | abi::CCCTL_ALGO_MODEST_BBR | abi::CCCTL_ALGO_PATCHED_BBR
+    )
+}
+
+/// ... Modest BBR's window search (`modest_phase`, `min_win`, ...)?
+#[inline]
+pub fn has_modest_state(algo: u8) -> bool {
+    algo as u32 == abi::CCCTL_ALGO_MODEST_BBR
+}
+
+/// ... patched BBR's theta?
+#[inline]
+pub fn has_theta(algo: u8) -> bool {
+    algo as u32 == abi::CCCTL_ALGO_PATCHED_BBR
+}
+
+/// ... TCP D*'s state (the `dstar_*` fields)?
+#[inline]
+pub fn has_dstar_state(algo: u8) -> bool {
+    algo as u32 == abi::CCCTL_ALGO_DSTAR
+}
+
 /// Patched BBR's theta (x 65536) as a number.
 #[inline]
 pub fn theta(fp: i64) -> f64 {
@@ -198,7 +237,11 @@ mod tests {
             max_win: 160,
             last_cwnd: 119,
             theta_fp: -98_304,
-            dstar: [1, 2, 3, 4],
+            dstar_mode: 1,
+            dstar_bdp: 2,
+            dstar_gain_cwnd: 3,
+            dstar_min_rtt_us: 4,
+            dstar_min_rtt_stamp_ns: 5,
             ..Default::default()
         }
     }
@@ -207,14 +250,18 @@ mod tests {
     fn decodes_a_hand_built_event() {
         let ev = sample_event();
         let bytes = to_bytes(&ev);
-        assert_eq!(bytes.len(), 152);
+        assert_eq!(bytes.len(), 184);
         // Offsets from the header, checked independently of bindgen.
         assert_eq!(&bytes[0..8], &123_456_789_000u64.to_ne_bytes());
         assert_eq!(&bytes[16..20], &[10, 0, 0, 1]);
         assert_eq!(bytes[30], abi::CCCTL_ALGO_BBR as u8);
         assert_eq!(&bytes[104..112], &1_200_000u64.to_ne_bytes());
         assert_eq!(&bytes[128..136], &(-98_304i64).to_ne_bytes());
-        assert_eq!(&bytes[148..152], &4u32.to_ne_bytes());
+        assert_eq!(bytes[136], 1);
+        assert_eq!(&bytes[140..144], &2u32.to_ne_bytes());
+        assert_eq!(&bytes[148..152], &3u32.to_ne_bytes());
+        assert_eq!(&bytes[156..160], &4u32.to_ne_bytes());
+        assert_eq!(&bytes[176..184], &5u64.to_ne_bytes());
         // Unaligned, and with a longer sample (appended fields are ignored).
         let mut buf = vec![0u8; 1];
         buf.extend_from_slice(&bytes);
@@ -234,16 +281,32 @@ mod tests {
         assert_eq!(theta(d.theta_fp), -1.5);
         assert_eq!(bits_per_s(d.pacing_rate), 10_000_000);
         assert_eq!(bits_per_s(u64::MAX), u64::MAX);
-        assert_eq!(d.dstar, [1, 2, 3, 4]);
+        assert_eq!(dstar_mode_name(d.dstar_mode), "gain1");
+        assert_eq!(
+            (
+                d.dstar_bdp,
+                d.dstar_gain_cwnd,
+                d.dstar_min_rtt_us,
+                d.dstar_min_rtt_stamp_ns
+            ),
+            (2, 3, 4, 5)
+        );
+        assert_eq!(dstar_mode_name(9), "unknown");
+        let bbr = abi::CCCTL_ALGO_BBR as u8;
+        let dstar = abi::CCCTL_ALGO_DSTAR as u8;
+        assert!(has_bbr_state(bbr) && !has_dstar_state(bbr) && !has_theta(bbr));
+        assert!(has_dstar_state(dstar) && !has_bbr_state(dstar) && !has_modest_state(dstar));
+        assert!(has_modest_state(abi::CCCTL_ALGO_MODEST_BBR as u8));
+        assert!(!has_bbr_state(0) && !has_dstar_state(0));
     }
 
     #[test]
     fn rejects_short_samples() {
         let bytes = to_bytes(&sample_event());
-        assert_eq!(decode(&bytes[..151]).err(), Some(ShortSample { len: 151 }));
+        assert_eq!(decode(&bytes[..183]).err(), Some(ShortSample { len: 183 }));
         assert_eq!(decode(&[]).err(), Some(ShortSample { len: 0 }));
         let msg = decode(&bytes[..8]).unwrap_err().to_string();
-        assert!(msg.contains("8 bytes") && msg.contains("152"), "{msg}");
+        assert!(msg.contains("8 bytes") && msg.contains("184"), "{msg}");
     }
 
     #[test]

@@ -59,7 +59,10 @@ pub fn synthetic_event(i: u64) -> abi::ccctl_event {
         } else {
             0
         },
-        dstar: [wave as u32, (i % 7) as u32, 0, (i % 2) as u32],
+        dstar_mode: (i % 3) as u8,
+        dstar_bdp: wave as u32,
+        dstar_gain_cwnd: (i % 7) as u32,
+        dstar_min_rtt_us: (i % 2) as u32,
         ..Default::default()
     }
 }

@@ -1,0 +1,510 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * dstar: TCP D* (tcp-dstar.txt, Lynn and Ghosal), a congestion-window-first
+ * congestion control that keeps BBR's goal (the delivery rate at its
+ * maximum, the RTT at its minimum) but controls the window, not the rate.
+ *
+ * The model (Sec. 3.1)
+ * --------------------
+ * For flow i through a bottleneck shared by N flows:
+ *
+ *   (1) delivery_rate_i = d delivered_i / dt
+ *   (2) BDP_i           = delivery_rate_i x min_rtt_i
+ *   (3) RTT_i          >= min_rtt_i
+ *   (4) RTT_i           = min_rtt_i + sum_j (inflight_j - BDP_j) / sum_j delivery_rate_j
+ *   (5) sum_j BDP_j    <= sum_j inflight_j
+ *
+ * Data in flight beyond the BDP cannot be delivered any faster; it waits in
+ * the bottleneck queue and only adds delay (4).  The best window is the
+ * largest one still equal to the BDP: then the delivery rate is at its
+ * maximum and RTT = min_rtt.  Because the window maps linearly onto the
+ * queue (unlike a pacing rate near the bottleneck rate), D* sets the window
+ * and leaves pacing unlimited (Sec. 3.2: sk_pacing_rate = ~0 at init; 0
+ * would make TCP Small Queues hold two packets and fq hold them for a
+ * second).
+ *
+ * To see whether the pipe has room it must send a little more than the
+ * BDP: snd_cwnd = BDP + gain_cwnd.  The probe gain_cwnd follows the
+ * estimate's own noise (Sec. 3.2.4):
+ *
+ *   sigma    = |BDP - last_BDP|
+ *   gain_cwnd = floor + min(factor x sigma, BDP), kept in [floor, BDP]
+ *
+ * (floor 4 packets, factor 2).  While bandwidth is being gained, sigma is
+ * the last gain, so the gain doubles every cycle; in steady state it shrinks
+ * to the noise of the estimate, about the same for every flow, which is
+ * what makes flows fair without a multiplicative increase.
+ *
+ * Fig. 1, mode by mode (dstar_cycle below; "RTT" is the latest RTT
+ * sample, mode lengths are tunable, defaults the paper's):
+ *
+ *   every ACK  min_rtt = min(min_rtt, RTT)                 dstar_update_min_rtt
+ *   DRAIN      window 4 (set on entry) for > 2 RTT, so the queue empties and
+ *              min_rtt is re-measured; then window = BDP + gain_cwnd, GAIN 1
+ *   GAIN 1     > 2 RTT for the pipe to settle at the new window (no
+ *              measuring: right after a change the rate over- or
+ *              under-shoots); then start counting delivered packets, GAIN 2
+ *   GAIN 2     > 1 RTT; then eq. 1 (delivered / time in GAIN 2) and eq. 2
+ *              give a new BDP, sigma and gain_cwnd; if min_rtt was not
+ *              refreshed for 10 s: window = 4, min_rtt = RTT, DRAIN;
+ *              else window = BDP + gain_cwnd, GAIN 1     dstar_end_gain2
+ *
+ * Slow start (Sec. 3.3) is the same cycle without DRAIN and with
+ * gain_cwnd = max(floor, BDP / 2) (eq. 6), so each GAIN 2 grows the window
+ * to 1.5 x the BDP it measured.  It is entered when the connection starts
+ * and after an RTO or an idle period, and ends on a loss, an ECN CE echo
+ * (both reach us through ssthresh, or as rs->losses) or when a GAIN 2 finds
+ * a BDP no larger than the one before.  D* then runs DRAIN first.
+ *
+ * Units: windows, BDP, sigma and gain_cwnd in packets; times in us from
+ * tp->tcp_mstamp (the same CLOCK_MONOTONIC as bpf_ktime_get_ns); the
+ * delivery rate in bytes/s.  delivered x min_rtt is a 64-bit product.
+ *
+ * Departures and readings (the paper is silent; we decided as the authors'
+ * module, lambda-11235/tcp_davis, most likely would have, except where
+ * noted)
+ * --------------------------------------------------------------------
+ *  1. Losses: in congestion avoidance D* does not react to loss at all; the
+ *     window stays BDP + gain_cwnd through fast recovery (the module does
+ *     the same, and Fig. 1 has no loss input).  With cong_control the
+ *     kernel does no PRR, so the window is exactly what Fig. 1 says.
+ *     In slow start a loss or CE ends it, as Sec. 3.3 says; the public
+ *     module ignores losses there too and never ends slow start on one:
+ *     we follow the paper.
+ *  2. Undo: nothing to undo, the window never moved for the loss.  A
+ *     spurious loss that ended slow start is not undone (slow start is
+ *     not resumed); only the growth rate suffers, gain_cwnd still doubles
+ *     while the BDP grows.
+ *  3. ssthresh: unused by the algorithm.  It is "infinite" in slow start
+ *     and the BDP estimate (at least 4) once slow start ends, so ss -ti
+ *     and tcp_in_slow_start() tell the truth; the ssthresh callback
+ *     returns it unchanged.
+ *  4. Which RTT: Fig. 1's mode timers and its min-RTT input use the latest
+ *     RTT sample (rs->rtt_us), not srtt (the module uses srtt); before the
+ *     first sample, srtt, or 1 ms.  min_rtt is D*'s own minimum with
+ *     Fig. 1's expiry, not the kernel's 5-minute filter.  A sample equal
+ *     to min_rtt refreshes its timestamp (the min was "updated").
+ *  5. Eq. 1's interval is the time since GAIN 2 began (Fig. 1), measured on
+ *     the ACK clock; BDP is rounded to the nearest packet.
+ *  6. Windows: never below 4 packets (DRAIN's window, the minimum for
+ *     feedback), never above snd_cwnd_clamp.  When BDP < floor, the floor
+ *     wins over Sec. 3.2.4's upper bound BDP.
+ *  7. Start: the first cycle runs on the kernel's initial window (10,
+ *     RFC 6928) with no BDP estimate yet (0); after an RTO or an idle
+ *     restart, slow start begins again from 4 packets, like the module.
+ *  8. Leaving slow start, gain_cwnd restarts at its floor: eq. 6 is for
+ *     growing, and Fig. 1 sets it again at the next GAIN 2.  The slow
+ *     start exit's DRAIN does not reset min_rtt (the timeout path does).
+ *  9. Idle restart: cong_control algorithms never get CA_EVENT_CWND_RESTART,
+ *     so at CA_EVENT_TX_START (nothing in flight) we apply the kernel's own
+ *     test, idle for more than one RTO since the last data sent.
+ * 10. Mode lengths are whole RTTs (tunable 1 to 16); "> k RTT" is strict.
+ *
+ * Parameters come from the params map (ccctl tune dstar), clamped on read:
+ * min-RTT window in ms, deviation factor x 256, gain floor in packets, and
+ * the three mode lengths in RTTs.  The per-socket state fits icsk_ca_priv.
+ */
+#include "ccctl_common.h"
+#include "ccctl_trace.h"
+
+/* ---- constants, with their units and reasons -------------------------- */
+
+/* Window in DRAIN and after a min-RTT timeout, packets: "all but the minimum
+ * number of packets necessary for feedback" (Sec. 3.2.1), 2 delayed ACKs. */
+#define DSTAR_MIN_CWND 4
+/* Min-RTT window, ms: Fig. 1's 10 s; tunable from 10 ms (tests force
+ * DRAIN with it) up to 10 min (longer only means stale paths). */
+#define DSTAR_MIN_RTT_WIN_MS 10000
+#define DSTAR_MIN_RTT_WIN_MS_LO 10
+#define DSTAR_MIN_RTT_WIN_MS_HI 600000
+/* Deviation factor applied to sigma, x DSTAR_FACTOR_UNIT: Fig. 1's 2.
+ * 0 probes by the floor only; above 8 one noisy sample could take the whole
+ * BDP again and again (gain_cwnd is capped at the BDP anyway). */
+#define DSTAR_FACTOR_SCALE 8
+#define DSTAR_FACTOR_UNIT (1U << DSTAR_FACTOR_SCALE) /* = CCCTL_GAIN_UNIT */
+#define DSTAR_SIGMA_FACTOR (2 * DSTAR_FACTOR_UNIT)
+#define DSTAR_SIGMA_FACTOR_HI (8 * DSTAR_FACTOR_UNIT)
+/* gain_cwnd floor, packets: Sec. 3.2.4's 4 keeps probing at low variance;
+ * 1 is the least that still probes, 64 is a standing queue per flow. */
+#define DSTAR_GAIN_FLOOR 4
+#define DSTAR_GAIN_FLOOR_LO 1
+#define DSTAR_GAIN_FLOOR_HI 64
+/* Mode lengths, RTTs (Fig. 1: DRAIN 2, GAIN 1 2, GAIN 2 1); 1 to 16. */
+#define DSTAR_DRAIN_RTTS 2
+#define DSTAR_GAIN1_RTTS 2
+#define DSTAR_GAIN2_RTTS 1
+#define DSTAR_RTTS_LO 1
+#define DSTAR_RTTS_HI 16
+/* RTT assumed before any sample or srtt, us. */
+#define DSTAR_RTT_UNKNOWN_US USEC_PER_MSEC
+
+enum dstar_mode {
+	DSTAR_DRAIN = CCCTL_DSTAR_DRAIN,
+	DSTAR_GAIN1 = CCCTL_DSTAR_GAIN1,
+	DSTAR_GAIN2 = CCCTL_DSTAR_GAIN2,
+};
+
+/* ---- per-socket state: fits icsk_ca_priv (104 bytes) -------------------- */
+
+struct dstar {
+	u64 mode_stamp_us;    /* tcp_mstamp when the current mode began */
+	u64 min_rtt_stamp_us; /* tcp_mstamp when min_rtt_us was last refreshed */
+	u64 delivery_rate;    /* bytes/s, eq. 1 at the last GAIN 2 (trace only) */
+	u32 min_rtt_us;       /* Fig. 1's min RTT; ~0U until the first sample */
+	u32 rtt_us;           /* latest RTT sample */
+	u32 bdp;              /* packets, eq. 2 */
+	u32 last_bdp;         /* packets, the estimate before bdp */
+	u32 sigma;            /* packets, |bdp - last_bdp| */
+	u32 gain_cwnd;        /* packets above the BDP */
+	u32 cwnd;             /* packets: the window Fig. 1 set last */
+	u32 delivered_start;  /* tp->delivered when GAIN 2 began */
+	u8 mode;              /* enum dstar_mode */
+	u8 slow_start;        /* Sec. 3.3 */
+};
+
+_Static_assert(sizeof(struct dstar) <= sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
+	       "struct dstar must fit icsk_ca_priv");
+
+static __always_inline struct dstar *dstar_of(const struct sock *sk)
+{
+	return (struct dstar *)inet_csk_ca(sk);
+}
+
+/* ---- parameters, clamped on every read ---------------------------------- */
+
+struct dstar_params {
+	u32 min_rtt_win_ms;
+	u32 sigma_factor; /* x DSTAR_FACTOR_UNIT */
+	u32 gain_floor;   /* packets */
+	u32 drain_rtts;
+	u32 gain1_rtts;
+	u32 gain2_rtts;
+	u32 version;
+};
+
+static __always_inline struct dstar_params dstar_params(void)
+{
+	const struct ccctl_params *p = ccctl_params_get();
+	struct dstar_params d = {
+		.min_rtt_win_ms = DSTAR_MIN_RTT_WIN_MS,
+		.sigma_factor = DSTAR_SIGMA_FACTOR,
+		.gain_floor = DSTAR_GAIN_FLOOR,
+		.drain_rtts = DSTAR_DRAIN_RTTS,
+		.gain1_rtts = DSTAR_GAIN1_RTTS,
+		.gain2_rtts = DSTAR_GAIN2_RTTS,
+	};
+
+	if (!p || !p->version)
+		return d;
+	d.version = p->version;
+	d.min_rtt_win_ms = clamp_u32(p->dstar_min_rtt_win_ms, DSTAR_MIN_RTT_WIN_MS_LO,
+				     DSTAR_MIN_RTT_WIN_MS_HI);
+	d.sigma_factor = clamp_u32(p->dstar_sigma_factor, 0, DSTAR_SIGMA_FACTOR_HI);
+	d.gain_floor = clamp_u32(p->dstar_gain_floor, DSTAR_GAIN_FLOOR_LO, DSTAR_GAIN_FLOOR_HI);
+	d.drain_rtts = clamp_u32(p->dstar_drain_rtts, DSTAR_RTTS_LO, DSTAR_RTTS_HI);
+	d.gain1_rtts = clamp_u32(p->dstar_gain1_rtts, DSTAR_RTTS_LO, DSTAR_RTTS_HI);
+	d.gain2_rtts = clamp_u32(p->dstar_gain2_rtts, DSTAR_RTTS_LO, DSTAR_RTTS_HI);
+	return d;
+}
+
+/* ---- the estimates ------------------------------------------------------ */
+
+/* "RTT" of Fig. 1: the latest sample this ACK brought, else the last one. */
+static __always_inline void dstar_update_rtt(struct sock *sk, struct dstar *ds,
+					     const struct rate_sample *rs)
+{
+	u32 srtt = tcp_sk(sk)->srtt_us >> 3;
+
+	if (rs->rtt_us > 0)
+		ds->rtt_us = (u32)rs->rtt_us;
+	else if (!ds->rtt_us)
+		ds->rtt_us = srtt ? srtt : DSTAR_RTT_UNKNOWN_US;
+}
+
+/* Fig. 1's first line: min RTT = min(min RTT, RTT); equal counts as fresh. */
+static __always_inline void dstar_update_min_rtt(struct dstar *ds, const struct rate_sample *rs, u64 now)
+{
+	if (rs->rtt_us > 0 && (u32)rs->rtt_us <= ds->min_rtt_us) {
+		ds->min_rtt_us = (u32)rs->rtt_us;
+		ds->min_rtt_stamp_us = now;
+	}
+}
+
+/* min RTT for eq. 2: the latest RTT while no sample has set it yet. */
+static __always_inline u32 dstar_min_rtt(const struct dstar *ds)
+{
+	return ds->min_rtt_us == ~0U ? ds->rtt_us : ds->min_rtt_us;
+}
+
+/* Has min RTT gone un-refreshed for longer than the window (Fig. 1, GAIN 2)? */
+static __always_inline bool dstar_min_rtt_expired(const struct dstar *ds, u64 now,
+						  const struct dstar_params *p)
+{
+	return now - ds->min_rtt_stamp_us > (u64)p->min_rtt_win_ms * USEC_PER_MSEC;
+}
+
+/* Has the current mode lasted more than k RTTs ("> k . RTT" in Fig. 1)? */
+static __always_inline bool dstar_mode_done(const struct dstar *ds, u64 now, u32 rtts)
+{
+	return now - ds->mode_stamp_us > (u64)rtts * ds->rtt_us;
+}
+
+/*
+ * Eqs. 1 and 2 at the end of GAIN 2: delivered / time in GAIN 2 is the
+ * delivery rate, times min RTT the BDP (packets, rounded; the product
+ * delivered x min_rtt in 64 bits).  Returns false without a usable interval.
+ */
+static bool dstar_estimate_bdp(struct sock *sk, struct dstar *ds, u64 now)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	u64 interval_us = now - ds->mode_stamp_us;
+	u64 delivered = (u32)(tp->delivered - ds->delivered_start);
+	u64 bdp;
+
+	if (!interval_us)
+		return false;
+	bdp = (delivered * dstar_min_rtt(ds) + interval_us / 2) / interval_us;
+	ds->last_bdp = ds->bdp;
+	ds->bdp = (u32)min(bdp, (u64)tp->snd_cwnd_clamp);
+	ds->sigma = ds->bdp > ds->last_bdp ? ds->bdp - ds->last_bdp : ds->last_bdp - ds->bdp;
+	ds->delivery_rate = delivered * USEC_PER_SEC / interval_us * tp->mss_cache;
+	return true;
+}
+
+/* Sec. 3.2.4: gain_cwnd = floor + min(factor x sigma, BDP), kept in [floor, BDP]. */
+static __always_inline u32 dstar_gain_cwnd(const struct dstar *ds, const struct dstar_params *p)
+{
+	u64 scaled = ((u64)ds->sigma * p->sigma_factor) >> DSTAR_FACTOR_SCALE;
+	u64 gain = p->gain_floor + min(scaled, (u64)ds->bdp);
+
+	gain = min(gain, (u64)ds->bdp);
+	return (u32)max(gain, (u64)p->gain_floor);
+}
+
+/* Eq. 6, slow start: gain_cwnd = max(floor, BDP / 2). */
+static __always_inline u32 dstar_slow_start_gain_cwnd(const struct dstar *ds, const struct dstar_params *p)
+{
+	return max(ds->bdp / 2, p->gain_floor);
+}
+
+/* ---- modes and window ----------------------------------------------------- */
+
+static __always_inline void dstar_set_cwnd(struct sock *sk, struct dstar *ds, u32 cwnd)
+{
+	ds->cwnd = clamp_u32(cwnd, DSTAR_MIN_CWND, max(tcp_sk(sk)->snd_cwnd_clamp, (u32)DSTAR_MIN_CWND));
+}
+
+static __always_inline void dstar_enter(struct dstar *ds, u8 mode, u64 now)
+{
+	ds->mode = mode;
+	ds->mode_stamp_us = now;
+}
+
+/* Slow start (Sec. 3.3) from `cwnd`: GAIN 1 first, no BDP estimate yet. */
+static void dstar_enter_slow_start(struct sock *sk, struct dstar *ds, u32 cwnd, u64 now)
+{
+	ds->slow_start = 1;
+	ds->bdp = 0;
+	ds->last_bdp = 0;
+	ds->sigma = 0;
+	ds->gain_cwnd = DSTAR_GAIN_FLOOR;
+	tcp_sk(sk)->snd_ssthresh = TCP_INFINITE_SSTHRESH;
+	dstar_set_cwnd(sk, ds, cwnd);
+	dstar_enter(ds, DSTAR_GAIN1, now);
+}
+
+/* Slow start is over (loss, CE or a BDP that stopped growing): DRAIN first. */
+static void dstar_end_slow_start(struct sock *sk, struct dstar *ds, const struct dstar_params *p, u64 now)
+{
+	if (!ds->slow_start)
+		return;
+	ds->slow_start = 0;
+	ds->gain_cwnd = p->gain_floor;
+	tcp_sk(sk)->snd_ssthresh = max(ds->bdp, (u32)DSTAR_MIN_CWND);
+	dstar_set_cwnd(sk, ds, DSTAR_MIN_CWND);
+	dstar_enter(ds, DSTAR_DRAIN, now);
+}
+
+/* Fig. 1, GAIN 2's end: new BDP, sigma, gain_cwnd; DRAIN on min-RTT timeout. */
+static void dstar_end_gain2(struct sock *sk, struct dstar *ds, const struct dstar_params *p, u64 now)
+{
+	if (!dstar_estimate_bdp(sk, ds, now))
+		return;
+
+	if (ds->slow_start) {
+		if (ds->bdp > ds->last_bdp) {
+			ds->gain_cwnd = dstar_slow_start_gain_cwnd(ds, p);
+			dstar_set_cwnd(sk, ds, ds->bdp + ds->gain_cwnd);
+			dstar_enter(ds, DSTAR_GAIN1, now);
+		} else {
+			dstar_end_slow_start(sk, ds, p, now);
+		}
+		return;
+	}
+
+	ds->gain_cwnd = dstar_gain_cwnd(ds, p);
+	if (dstar_min_rtt_expired(ds, now, p)) {
+		dstar_set_cwnd(sk, ds, DSTAR_MIN_CWND);
+		ds->min_rtt_us = ds->rtt_us;
+		ds->min_rtt_stamp_us = now;
+		dstar_enter(ds, DSTAR_DRAIN, now);
+	} else {
+		dstar_set_cwnd(sk, ds, ds->bdp + ds->gain_cwnd);
+		dstar_enter(ds, DSTAR_GAIN1, now);
+	}
+}
+
+/* One pass of Fig. 1's loop, on every ACK. */
+static void dstar_cycle(struct sock *sk, struct dstar *ds, const struct dstar_params *p, u64 now)
+{
+	switch (ds->mode) {
+	case DSTAR_DRAIN:
+		if (dstar_mode_done(ds, now, p->drain_rtts)) {
+			dstar_set_cwnd(sk, ds, ds->bdp + ds->gain_cwnd);
+			dstar_enter(ds, DSTAR_GAIN1, now);
+		}
+		break;
+	case DSTAR_GAIN1:
+		if (dstar_mode_done(ds, now, p->gain1_rtts)) {
+			ds->delivered_start = tcp_sk(sk)->delivered;
+			dstar_enter(ds, DSTAR_GAIN2, now);
+		}
+		break;
+	case DSTAR_GAIN2:
+		if (dstar_mode_done(ds, now, p->gain2_rtts))
+			dstar_end_gain2(sk, ds, p, now);
+		break;
+	default: /* cannot happen; start over safely */
+		dstar_set_cwnd(sk, ds, DSTAR_MIN_CWND);
+		dstar_enter(ds, DSTAR_DRAIN, now);
+		break;
+	}
+}
+
+/* ---- per-ACK trace ---------------------------------------------------------- */
+
+static __always_inline void dstar_trace(struct sock *sk, const struct rate_sample *rs,
+					const struct dstar *ds, u32 version)
+{
+	struct ccctl_event *e = ccctl_trace_begin(sk, rs, CCCTL_ALGO_DSTAR, version);
+
+	if (!e)
+		return;
+	e->dstar_mode = ds->mode;
+	e->dstar_slow_start = ds->slow_start;
+	e->dstar_bdp = ds->bdp;
+	e->dstar_last_bdp = ds->last_bdp;
+	e->dstar_gain_cwnd = ds->gain_cwnd;
+	e->dstar_sigma = ds->sigma;
+	e->dstar_min_rtt_us = ds->min_rtt_us;
+	e->dstar_rtt_us = ds->rtt_us;
+	e->dstar_delivery_rate = ds->delivery_rate;
+	e->dstar_min_rtt_stamp_ns = ds->min_rtt_stamp_us * NSEC_PER_USEC;
+	ccctl_trace_commit(e);
+}
+
+/* ---- the congestion-control callbacks ------------------------------------- */
+
+static __always_inline void dstar_main(struct sock *sk, const struct rate_sample *rs)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct dstar *ds = dstar_of(sk);
+	struct dstar_params p = dstar_params();
+	u64 now = tp->tcp_mstamp;
+
+	dstar_update_rtt(sk, ds, rs);
+	dstar_update_min_rtt(ds, rs, now);
+	if (ds->slow_start && rs->losses > 0)
+		dstar_end_slow_start(sk, ds, &p, now);
+	dstar_cycle(sk, ds, &p, now);
+	tcp_snd_cwnd_set(tp, ds->cwnd);
+	dstar_trace(sk, rs, ds, p.version);
+}
+
+SEC("struct_ops")
+void BPF_PROG(dstar_cong_control, struct sock *sk, u32 ack, int flag, const struct rate_sample *rs)
+{
+	dstar_main(sk, rs);
+}
+
+SEC("struct_ops")
+void BPF_PROG(dstar_cong_control_pre610, struct sock *sk, const struct rate_sample *rs)
+{
+	dstar_main(sk, rs);
+}
+
+SEC("struct_ops")
+void BPF_PROG(dstar_init, struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct dstar *ds = dstar_of(sk);
+	u64 now = tp->tcp_mstamp;
+
+	/* Test hook: a write the verifier must refuse (see CCCTL_FAULT_VERIFIER). */
+	if (fault_injected(CCCTL_FAULT_VERIFIER))
+		tp->snd_una = 0;
+
+	__builtin_memset(ds, 0, sizeof(*ds));
+	ds->min_rtt_us = ~0U;
+	ds->min_rtt_stamp_us = now;
+	/* Window first: pacing unlimited, so neither fq nor TSQ holds packets back. */
+	sk->sk_pacing_rate = ~0UL;
+	dstar_enter_slow_start(sk, ds, tcp_snd_cwnd(tp), now);
+}
+
+/* Loss recovery or a CE echo begins: slow start ends (Sec. 3.3), nothing else. */
+SEC("struct_ops")
+u32 BPF_PROG(dstar_ssthresh, struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct dstar_params p = dstar_params();
+
+	dstar_end_slow_start(sk, dstar_of(sk), &p, tp->tcp_mstamp);
+	return tp->snd_ssthresh;
+}
+
+/* The window never moved for the loss: nothing to undo (reading 2). */
+SEC("struct_ops")
+u32 BPF_PROG(dstar_undo_cwnd, struct sock *sk)
+{
+	return tcp_snd_cwnd(tcp_sk(sk));
+}
+
+/* An RTO: slow start again from 4 packets (Sec. 3.3, reading 7). */
+SEC("struct_ops")
+void BPF_PROG(dstar_set_state, struct sock *sk, u8 new_state)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+
+	if (new_state == TCP_CA_Loss)
+		dstar_enter_slow_start(sk, dstar_of(sk), DSTAR_MIN_CWND, tp->tcp_mstamp);
+}
+
+/*
+ * Sending starts with nothing in flight.  After more than one RTO of
+ * silence since the last data sent, the path estimate is stale: slow start
+ * again (the kernel's own restart test, which it skips for cong_control).
+ */
+SEC("struct_ops")
+void BPF_PROG(dstar_cwnd_event, struct sock *sk, enum tcp_ca_event event)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	s32 idle;
+
+	if (event != CA_EVENT_TX_START)
+		return;
+	if (dstar_of(sk)->slow_start && !dstar_of(sk)->bdp)
+		return; /* nothing learned yet, nothing stale */
+	idle = (s32)((u32)bpf_jiffies64() - tp->lsndtime);
+	if (idle > (s32)inet_csk(sk)->icsk_rto) {
+		dstar_enter_slow_start(sk, dstar_of(sk), DSTAR_MIN_CWND, tp->tcp_mstamp);
+		tcp_snd_cwnd_set(tp, dstar_of(sk)->cwnd);
+	}
+}
+
+CCCTL_STRUCT_OPS("dstar", dstar_cong_control, dstar_cong_control_pre610,
+		 .init = (void *)dstar_init,
+		 .ssthresh = (void *)dstar_ssthresh,
+		 .undo_cwnd = (void *)dstar_undo_cwnd,
+		 .set_state = (void *)dstar_set_state,
+		 .cwnd_event = (void *)dstar_cwnd_event, );

@@ -902,17 +902,7 @@ static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *
 	bbr_trace(sk, rs, pacing_gain);
 }
 
-SEC("struct_ops")
-void BPF_PROG(bbr_cong_control, struct sock *sk, u32 ack, int flag, const struct rate_sample *rs)
-{
-	bbr_main(sk, rs);
-}
-
-SEC("struct_ops")
-void BPF_PROG(bbr_cong_control_pre610, struct sock *sk, const struct rate_sample *rs)
-{
-	bbr_main(sk, rs);
-}
+CCCTL_CONG_CONTROL(bbr_cong_control, bbr_main);
 
 SEC("struct_ops")
 void BPF_PROG(bbr_init, struct sock *sk)

@@ -85,4 +85,23 @@ static __always_inline u32 clamp_u32(u32 v, u32 lo, u32 hi)
 		__VA_ARGS__                                                            \
 	}
 
+/*
+ * The two cong_control entry points the registrations above name, NAME for
+ * cong_control(sk, ack, flag, rs) and NAME_pre610 for cong_control(sk, rs);
+ * both hand the rate sample to the algorithm's per-ACK function MAIN(sk, rs).
+ */
+#define CCCTL_CONG_CONTROL(name, main)                                          \
+	SEC("struct_ops")                                                       \
+	void BPF_PROG(name, struct sock *sk, u32 ack, int flag,                 \
+		      const struct rate_sample *rs)                             \
+	{                                                                       \
+		main(sk, rs);                                                   \
+	}                                                                       \
+	SEC("struct_ops")                                                       \
+	void BPF_PROG(name##_pre610, struct sock *sk,                           \
+		      const struct rate_sample *rs)                             \
+	{                                                                       \
+		main(sk, rs);                                                   \
+	}
+
 #endif /* __CCCTL_COMMON_H */

@@ -421,17 +421,7 @@ static __always_inline void dstar_main(struct sock *sk, const struct rate_sample
 	dstar_trace(sk, rs, ds, p.version);
 }
 
-SEC("struct_ops")
-void BPF_PROG(dstar_cong_control, struct sock *sk, u32 ack, int flag, const struct rate_sample *rs)
-{
-	dstar_main(sk, rs);
-}
-
-SEC("struct_ops")
-void BPF_PROG(dstar_cong_control_pre610, struct sock *sk, const struct rate_sample *rs)
-{
-	dstar_main(sk, rs);
-}
+CCCTL_CONG_CONTROL(dstar_cong_control, dstar_main);
 
 SEC("struct_ops")
 void BPF_PROG(dstar_init, struct sock *sk)

@@ -147,6 +147,11 @@ struct tcp_sock {
 	__u64 bytes_retrans;
 } __attribute__((preserve_access_index));
 
+/* Only what patched BBR's transmit tracer reads (include/linux/skbuff.h). */
+struct sk_buff {
+	struct sock *sk;        /* owning socket, NULL if none */
+} __attribute__((preserve_access_index));
+
 struct rate_sample {
 	__u64 prior_mstamp;     /* start of the sampling interval */
 	__u32 prior_delivered;  /* tp->delivered at prior_mstamp */

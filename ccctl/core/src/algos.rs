@@ -61,6 +61,11 @@ pub static ALGORITHMS: &[Algorithm] = &[Algorithm {
     kernel_name: "modest_bbr",
     summary: "Modest BBR: BBR v1 plus a retransmission-driven window search in probe_bw (W_min, W_max, S_min)",
     register: skeleton_register!(modest_bbr::ModestBbrSkelBuilder),
+}, Algorithm {
+    name: "patched-bbr",
+    kernel_name: "patched_bbr",
+    summary: "patched BBR: BBR v1 corrected in probe_bw for a descheduled sender's on-percentage Θ (bandwidth D/Θ, probe pacing /Θ, cwnd + alpha)",
+    register: skeleton_register!(patched_bbr::PatchedBbrSkelBuilder),
 }];
 
 /// Find an algorithm by its user or kernel name.

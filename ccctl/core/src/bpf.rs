@@ -14,3 +14,7 @@ pub mod bbr {
 pub mod modest_bbr {
     include!(concat!(env!("OUT_DIR"), "/modest_bbr.skel.rs"));
 }
+
+pub mod patched_bbr {
+    include!(concat!(env!("OUT_DIR"), "/patched_bbr.skel.rs"));
+}

@@ -6,7 +6,10 @@
 //!           where registration outlives every fd until the entry is deleted;
 //!   `meta`  bookkeeping (`struct ccctl_meta`): when, how, and the default
 //!           congestion control to restore on unload;
-//!   `params` the tunable parameters (`struct ccctl_params`).
+//!   `params` the tunable parameters (`struct ccctl_params`);
+//!   `<program>` the link of each tracing program the object carries
+//!           (patched_bbr's transmit tracer `patched_bbr_skb_sent`), so it
+//!           stays attached exactly as long as the registration.
 //! Those pins are the whole state: `status` and `unload` read nothing else.
 //!
 //! Beside them, `<bpffs>/ccctl/shared/` holds the maps every algorithm
@@ -25,7 +28,7 @@ use std::{
 
 use libbpf_rs::{
     skel::{OpenSkel, Skel},
-    Link, MapCore, MapFlags, MapHandle, PrintLevel,
+    Link, MapCore, MapFlags, MapHandle, PrintLevel, ProgramType,
 };
 use serde::Serialize;
 
@@ -61,6 +64,12 @@ pub fn default_params() -> abi::ccctl_params {
         w_min: 768,
         w_max: 1024,
         s_min: 1,
+        theta_little: abi::CCCTL_THETA_UNIT * 2 / 3,
+        theta_heavy: abi::CCCTL_THETA_UNIT / 3,
+        off_thresh_us: 1000,
+        alpha_little: 0,
+        alpha_medium: abi::CCCTL_GAIN_UNIT,
+        alpha_heavy: 2 * abi::CCCTL_GAIN_UNIT,
     }
 }
 
@@ -332,6 +341,20 @@ where
     };
     drop(log);
 
+    // Tracing programs (fentry) beside the struct_ops: attached now, pinned
+    // with the rest below; dropped (detached) on any early return.
+    let mut tracers: Vec<(String, Link)> = Vec::new();
+    for prog in skel.object().progs_mut() {
+        if prog.prog_type() != ProgramType::Tracing {
+            continue;
+        }
+        let name = prog.name().to_string_lossy().into_owned();
+        let link = prog
+            .attach()
+            .map_err(bpf(format!("attaching the tracing program {name}")))?;
+        tracers.push((name, link));
+    }
+
     let object = skel.object_mut();
     let mut maps: Vec<_> = object.maps_mut().collect();
     let ops_idx = maps
@@ -379,6 +402,11 @@ where
         maps[params_idx]
             .pin(plan.pin_dir.join(MAP_PARAMS))
             .map_err(bpf("pinning the params map"))?;
+        for (name, tracer) in tracers.iter_mut() {
+            tracer
+                .pin(plan.pin_dir.join(name.as_str()))
+                .map_err(bpf(format!("pinning the link of {name}")))?;
+        }
         Ok(())
     };
     if let Err(e) = pin() {

@@ -25,7 +25,7 @@
 //! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) |
 //! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s |
 //! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR; 0 elsewhere) |
-//! | `theta` | f64 | patched BBR theta (fixed point / 65536) |
+//! | `theta` | f64 | patched BBR's Θ in force (fixed point / 1024) |
 //! | `dstar_0` .. `dstar_3` | u32 | TCP D* state |
 //!
 //! String-valued columns are dictionary-encoded in the file (polars Enum
@@ -605,7 +605,7 @@ impl Columns {
         self.min_win.push(e.min_win);
         self.max_win.push(e.max_win);
         self.last_cwnd.push(e.last_cwnd);
-        self.theta.push(event::theta(e.theta_fp));
+        self.theta.push(event::theta(e.theta));
         for (col, v) in self.dstar.iter_mut().zip(e.dstar) {
             col.push(v);
         }
@@ -716,7 +716,7 @@ impl CsvSink {
             e.min_win,
             e.max_win,
             e.last_cwnd,
-            event::theta(e.theta_fp),
+            event::theta(e.theta),
             e.dstar[0],
             e.dstar[1],
             e.dstar[2],
@@ -842,7 +842,7 @@ pub(crate) mod tests {
                 col("pacing_rate_bps"),
                 AnyValue::UInt64(want.pacing_rate * 8)
             );
-            assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta_fp)));
+            assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta)));
             assert_eq!(col("dstar_3"), AnyValue::UInt32(want.dstar[3]));
         }
     }
@@ -913,7 +913,7 @@ pub(crate) mod tests {
             );
             assert_eq!(
                 row[col("theta")].parse::<f64>().unwrap(),
-                event::theta(want.theta_fp)
+                event::theta(want.theta)
             );
         }
     }

@@ -102,7 +102,7 @@ _Static_assert(THETA_UNIT == CCCTL_THETA_UNIT, "Θ scale must match the ABI");
 /* Defaults, Sec. V-C: case (a) "little" above 2/3, case (b) "heavy" at or
  * below 1/3; an Off is a gap 1 ms past the pacing schedule (Sec. V-C-2);
  * alpha 0 / 1 / 2 BDP (eq. 38). */
-#define PATCHED_THETA_LITTLE_DEFAULT (THETA_UNIT * 2 / 3)
+#define PATCHED_THETA_LITTLE_DEFAULT ((THETA_UNIT * 2 + 1) / 3) /* 683: 2/3 rounded */
 #define PATCHED_THETA_HEAVY_DEFAULT (THETA_UNIT / 3)
 #define PATCHED_OFF_THRESH_US_DEFAULT 1000
 #define PATCHED_ALPHA_LITTLE_DEFAULT 0

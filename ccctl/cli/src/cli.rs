@@ -127,10 +127,70 @@ pub struct ParamFlags {
         help_heading = "Parameters"
     )]
     pub probe_up_gain: Option<f64>,
+    /// Patched BBR: on-percentage Θ above which descheduling is 'little' (theta_heavy < X <= 1; default 2/3).
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
+    pub theta_little: Option<f64>,
+    /// Patched BBR: on-percentage Θ at or below which descheduling is 'heavy' (0 < X < theta_little; default 1/3).
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
+    pub theta_heavy: Option<f64>,
+    /// Patched BBR: a send gap this many ms longer than the pacing gap counts as Off (0.1 to 100; default 1).
+    #[arg(
+        long,
+        value_name = "MS",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
+    pub off_thresh: Option<f64>,
+    /// Patched BBR: eq. 38 alpha, BDPs added to the cwnd gain when Θ > theta_little (0 to 4; default 0).
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
+    pub alpha_little: Option<f64>,
+    /// Patched BBR: eq. 38 alpha when theta_heavy < Θ <= theta_little (0 to 4; default 1).
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
+    pub alpha_medium: Option<f64>,
+    /// Patched BBR: eq. 38 alpha when Θ <= theta_heavy (0 to 4; default 2).
+    #[arg(
+        long,
+        value_name = "X",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
+    pub alpha_heavy: Option<f64>,
 }
 
 /// Ids of the `ParamFlags` arguments, for `--reset`'s conflicts.
-const PARAM_FLAG_IDS: [&str; 5] = ["wmin", "wmax", "smin", "cwnd_gain", "probe_up_gain"];
+const PARAM_FLAG_IDS: [&str; 11] = [
+    "wmin",
+    "wmax",
+    "smin",
+    "cwnd_gain",
+    "probe_up_gain",
+    "theta_little",
+    "theta_heavy",
+    "off_thresh",
+    "alpha_little",
+    "alpha_medium",
+    "alpha_heavy",
+];
 
 impl ParamFlags {
     /// The values given, by parameter name.
@@ -141,6 +201,12 @@ impl ParamFlags {
             (params::S_MIN.name, self.smin),
             (params::CWND_GAIN.name, self.cwnd_gain),
             (params::PROBE_UP_GAIN.name, self.probe_up_gain),
+            (params::THETA_LITTLE.name, self.theta_little),
+            (params::THETA_HEAVY.name, self.theta_heavy),
+            (params::OFF_THRESH.name, self.off_thresh),
+            (params::ALPHA_LITTLE.name, self.alpha_little),
+            (params::ALPHA_MEDIUM.name, self.alpha_medium),
+            (params::ALPHA_HEAVY.name, self.alpha_heavy),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))

@@ -64,7 +64,7 @@ pub fn default_params() -> abi::ccctl_params {
         w_min: 768,
         w_max: 1024,
         s_min: 1,
-        theta_little: abi::CCCTL_THETA_UNIT * 2 / 3,
+        theta_little: (abi::CCCTL_THETA_UNIT * 2 + 1) / 3, // 2/3 rounded
         theta_heavy: abi::CCCTL_THETA_UNIT / 3,
         off_thresh_us: 1000,
         alpha_little: 0,

@@ -14,7 +14,8 @@
 //! loss = 0.0                # random loss probability on the data path
 //! aqm = "tail_drop"         # or "fq_codel"
 //!
-//! flows = "cubic:1, bbr:1"  # or [[flows]] tables: cc, count, start, duration, rtt
+//! flows = "cubic:1, bbr:1"  # or [[flows]] tables: cc, count, start, duration, rtt,
+//!                           # schedule = { on = "10ms", off = "70ms" } (a descheduled sender)
 //!
 //! [sweep]                   # every combination becomes a link setting
 //! buffer = ["0.3bdp", "2bdp"]
@@ -119,6 +120,65 @@ pub struct FlowGroup {
     /// Base RTT of these flows; default: the link's (or the swept) RTT.
     #[serde(default)]
     pub rtt: Option<Span>,
+    /// The sender host of these flows is gated On/Off, as a virtual machine
+    /// the hypervisor deschedules (patched-bbr-cloud.txt Sec. III-C): during
+    /// Off it neither transmits nor receives. Default: always On.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+}
+
+/// An On/Off gate of a sender host: On for `on`, Off for `off`, repeating.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    pub on: Span,
+    pub off: Span,
+}
+
+/// Bounds of a schedule's periods: taprio's gate keeps time to well under a
+/// millisecond, and a period shorter than 1 ms is below what the sender's
+/// own Off detection (1 ms past the pacing gap) is meant to see; a cycle
+/// over 1 s is no longer scheduling noise but an outage.
+pub const SCHEDULE_MIN: Duration = Duration::from_millis(1);
+pub const SCHEDULE_MAX_CYCLE: Duration = Duration::from_secs(1);
+
+impl Schedule {
+    /// The on-percentage Θ = On / (On + Off) (patched-bbr-cloud.txt eq. 11).
+    pub fn theta(&self) -> f64 {
+        let on = self.on.0.as_secs_f64();
+        on / (on + self.off.0.as_secs_f64())
+    }
+
+    /// One cycle, On + Off.
+    pub fn cycle(&self) -> Duration {
+        self.on.0 + self.off.0
+    }
+
+    /// Why this schedule cannot be run, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.on.0 < SCHEDULE_MIN || self.off.0 < SCHEDULE_MIN {
+            return Err(format!(
+                "on {} / off {}: each must be at least 1 ms (leave `schedule` out for a sender that is always On)",
+                self.on, self.off
+            ));
+        }
+        if self.cycle() > SCHEDULE_MAX_CYCLE {
+            return Err(format!(
+                "on {} + off {} is a cycle over 1 s",
+                self.on, self.off
+            ));
+        }
+        if self.on.0.subsec_nanos() % 1_000 != 0 || self.off.0.subsec_nanos() % 1_000 != 0 {
+            return Err("on and off must be whole microseconds".into());
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "on {} / off {}", self.on, self.off)
+    }
 }
 
 fn zero_span() -> Span {
@@ -199,6 +259,7 @@ pub fn parse_flow_shorthand(s: &str) -> Result<Vec<FlowGroup>, String> {
                 start: zero_span(),
                 duration: None,
                 rtt: None,
+                schedule: None,
             })
         })
         .collect()
@@ -222,6 +283,8 @@ pub struct FlowPlan {
     pub start: Duration,
     pub duration: Duration,
     pub rtt: Duration,
+    /// The On/Off gate of this flow's sender host, if any.
+    pub schedule: Option<Schedule>,
 }
 
 /// One run: a link setting, a repetition, its flows.
@@ -308,6 +371,7 @@ impl Scenario {
                     start: g.start.0,
                     duration,
                     rtt,
+                    schedule: g.schedule,
                 })
             })
             .collect()
@@ -485,6 +549,10 @@ impl Scenario {
                         ),
                     ));
                 }
+            }
+            if let Some(sch) = g.schedule {
+                sch.check()
+                    .map_err(|m| bad(format!("{field}.schedule"), m))?;
             }
             if let Some(r) = g.rtt {
                 if r.0 > Duration::from_secs(10) {

@@ -27,6 +27,14 @@
 //!   only when `RTT_N > 0`. The whole base RTT sits on the ACK path so that the
 //!   data path to the bottleneck has no extra queue and each sender keeps its
 //!   own RTT (RTT unfairness) while sharing one bottleneck.
+//! * A gated sender N ([`SenderConfig::gate`], a descheduled VM): `taprio`
+//!   roots on the sender's own `eth0` and on the router's `to_sN`, one traffic
+//!   class, gate open On / closed Off, CLOCK_TAI, base-time 0, so both
+//!   gates open and close together; the ACK-path netem sits under the
+//!   router's taprio (`parent 100:1`). Off, the sender transmits nothing
+//!   (TCP Small Queues holds the socket once its few packets wait in the
+//!   closed gate) and receives nothing (its ACKs wait at the router). The
+//!   sender-side qdisc is no bottleneck: it delays, and drops nothing.
 //! * Random loss (optional) is applied to the data path *after* the
 //!   bottleneck: in the receiver namespace, `eth0` ingress is redirected
 //!   (u32 match-all + mirred) to an `ifb0` device whose root is
@@ -590,6 +598,7 @@ fn modprobe_all() {
             .args([
                 "sch_netem",
                 "sch_tbf",
+                "sch_taprio",
                 "sch_htb",
                 "sch_fq",
                 "sch_fq_codel",
@@ -661,6 +670,21 @@ pub fn qdisc_available(kind: &str, args: &[&str]) -> Result<bool> {
     drop(ns);
     cache().insert(kind.to_string(), ok);
     Ok(ok)
+}
+
+/// Whether taprio (the sender On/Off gate) works here.
+pub fn taprio_available() -> Result<bool> {
+    let gate = Gate {
+        on: Duration::from_millis(1),
+        off: Duration::from_millis(1),
+    };
+    let line = gate.taprio_line("x");
+    let args: Vec<&str> = line
+        .split_whitespace()
+        .skip_while(|w| *w != "taprio")
+        .skip(1)
+        .collect();
+    qdisc_available("taprio", &args)
 }
 
 /// Whether netem works here (false on the host kernel, true in the VM).
@@ -1151,7 +1175,45 @@ pub enum Aqm {
 pub struct SenderConfig {
     /// Base round-trip time of this sender's path (zero: no netem at all).
     pub rtt: Duration,
+    /// On/Off gate of this sender host (None: always On).
+    pub gate: Option<Gate>,
 }
+
+/// A sender host's On/Off schedule: its link carries packets (both ways)
+/// only during the first `on` of every `on + off`, cycles aligned to
+/// CLOCK_TAI multiples of `on + off` (taprio base-time 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gate {
+    pub on: Duration,
+    pub off: Duration,
+}
+
+impl Gate {
+    pub fn cycle(&self) -> Duration {
+        self.on + self.off
+    }
+
+    /// Whether CLOCK_TAI time `tai_ns` falls in an On window.
+    pub fn is_on_at(&self, tai_ns: u64) -> bool {
+        let cycle = self.cycle().as_nanos() as u64;
+        cycle == 0 || ((tai_ns % cycle) as u128) < self.on.as_nanos()
+    }
+
+    /// The `taprio` root of `dev` (handle `100:`): one traffic class on
+    /// queue 0, gate open for `on`, closed for `off`, TAI clock.
+    fn taprio_line(&self, dev: &str) -> String {
+        format!(
+            "qdisc add dev {dev} root handle {GATE_HANDLE}: taprio num_tc 1 \
+             map 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 queues 1@0 base-time 0 \
+             sched-entry S 01 {} sched-entry S 00 {} clockid CLOCK_TAI",
+            self.on.as_nanos(),
+            self.off.as_nanos()
+        )
+    }
+}
+
+/// Handle of a gate's taprio root; its one queue is class `100:1`.
+const GATE_HANDLE: u32 = 100;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestbedConfig {
@@ -1185,7 +1247,10 @@ impl TestbedConfig {
 
     /// Replaces the senders by one per RTT given.
     pub fn with_rtts(mut self, rtts: &[Duration]) -> Self {
-        self.senders = rtts.iter().map(|&rtt| SenderConfig { rtt }).collect();
+        self.senders = rtts
+            .iter()
+            .map(|&rtt| SenderConfig { rtt, gate: None })
+            .collect();
         self
     }
 
@@ -1226,6 +1291,16 @@ impl TestbedConfig {
         if let Some(p) = self.loss {
             if !(0.0..1.0).contains(&p) {
                 return Err(Error::Config(format!("loss probability {p} not in [0, 1)")));
+            }
+        }
+        for (i, s) in self.senders.iter().enumerate() {
+            if let Some(g) = s.gate {
+                if g.on.is_zero() || g.off.is_zero() {
+                    return Err(Error::Config(format!(
+                        "sender {i}: gate on {:?} / off {:?}: both must be above 0",
+                        g.on, g.off
+                    )));
+                }
             }
         }
         if !(576..=9000).contains(&self.mtu) {
@@ -1346,6 +1421,12 @@ impl Testbed {
                 what: "a non-zero base RTT or random loss".into(),
             });
         }
+        if cfg.senders.iter().any(|s| s.gate.is_some()) && !taprio_available()? {
+            return Err(Error::QdiscMissing {
+                what: "a sender On/Off gate".into(),
+                qdisc: "taprio".into(),
+            });
+        }
         if cfg.aqm == Aqm::FqCodel && !fq_codel_available()? {
             return Err(Error::QdiscMissing {
                 what: "Aqm::FqCodel".into(),
@@ -1464,6 +1545,12 @@ impl Testbed {
         }
         let rt_tc = self.router_qdiscs();
         let rx_tc = loss.map(loss_qdiscs);
+        let gated: Vec<(String, Vec<String>)> = c
+            .senders
+            .iter()
+            .zip(&senders)
+            .filter_map(|(cfg, ns)| cfg.gate.map(|g| (ns.clone(), vec![g.taprio_line(SENDER_DEV)])))
+            .collect();
         let setups = self.ns_setups();
 
         self.created = all.clone();
@@ -1475,6 +1562,10 @@ impl Testbed {
                 .as_deref()
                 .map(|l| spawn_tc_batch(scope, &rx, l))
                 .transpose()?;
+            let gate_jobs = gated
+                .iter()
+                .map(|(ns, l)| spawn_tc_batch(scope, ns, l))
+                .collect::<Result<Vec<_>>>()?;
             let configured = setups.iter().try_for_each(NsSetup::apply);
             let join = |h: thread::ScopedJoinHandle<'_, Result<Output>>| {
                 h.join().unwrap_or_else(|_| {
@@ -1486,8 +1577,10 @@ impl Testbed {
             };
             let rt_res = join(rt_job);
             let rx_res = rx_job.map(join).transpose();
+            let gate_res: Result<Vec<_>> = gate_jobs.into_iter().map(join).collect();
             rt_res?;
             rx_res?;
+            gate_res?;
             configured
         })
     }
@@ -1575,10 +1668,19 @@ impl Testbed {
             }
         }
         for (i, s) in c.senders.iter().enumerate() {
+            let dev = router_sender_dev(i);
+            // A gated sender's ACK path: the gate at the root, the delay under it.
+            let parent = match s.gate {
+                Some(g) => {
+                    lines.push(g.taprio_line(&dev));
+                    format!("parent {GATE_HANDLE}:1 handle 10:")
+                }
+                None => "root handle 1:".to_string(),
+            };
             if !s.rtt.is_zero() {
                 lines.push(format!(
-                    "qdisc add dev {} root handle 1: netem delay {}us limit {NETEM_LIMIT}",
-                    router_sender_dev(i),
+                    "qdisc {} dev {dev} {parent} netem delay {}us limit {NETEM_LIMIT}",
+                    if s.gate.is_some() { "replace" } else { "add" },
                     s.rtt.as_micros()
                 ));
             }

@@ -25,7 +25,12 @@
 //! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) |
 //! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s |
 //! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR; 0 elsewhere) |
-//! | `theta` | f64 | patched BBR's Θ in force (fixed point / 1024) |
+//! | `theta` | f64 | patched BBR's Θ in force, estimated over the last round (fixed point / 1024) |
+//! | `alpha` | f64 | patched BBR's eq. 38 alpha in force, BDPs added to cwnd_gain (fixed point / 256) |
+//! | `on_us`, `off_us` | u32 | patched BBR: On and Off time of the current round so far, us |
+//! | `theta_on_us`, `theta_off_us` | u32 | patched BBR: On and Off time of the round `theta` was estimated over, us |
+//! | `bbr_pacing_gain` | f64 | patched BBR: BBR's pacing gain p before eq. 37 (fixed point / 256) |
+//! | `bw_raw_bps`, `bw_corrected_bps` | u64 | patched BBR: this ACK's delivery-rate sample D, and what the max filter saw (D/Θ in probe_bw, eq. 36), bit/s; 0 if no sample |
 //! | `dstar_0` .. `dstar_3` | u32 | TCP D* state |
 //!
 //! String-valued columns are dictionary-encoded in the file (polars Enum
@@ -121,7 +126,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 34] = [
+pub const COLUMNS: [&str; 42] = [
     "ts_ns",
     "flow_id",
     "saddr",
@@ -152,6 +157,14 @@ pub const COLUMNS: [&str; 34] = [
     "max_win",
     "last_cwnd",
     "theta",
+    "alpha",
+    "on_us",
+    "off_us",
+    "theta_on_us",
+    "theta_off_us",
+    "bbr_pacing_gain",
+    "bw_raw_bps",
+    "bw_corrected_bps",
     "dstar_0",
     "dstar_1",
     "dstar_2",
@@ -522,6 +535,14 @@ struct Columns {
     max_win: Vec<u32>,
     last_cwnd: Vec<u32>,
     theta: Vec<f64>,
+    alpha: Vec<f64>,
+    on_us: Vec<u32>,
+    off_us: Vec<u32>,
+    theta_on_us: Vec<u32>,
+    theta_off_us: Vec<u32>,
+    bbr_pacing_gain: Vec<f64>,
+    bw_raw: Vec<u64>,
+    bw_corrected: Vec<u64>,
     dstar: [Vec<u32>; 4],
 }
 
@@ -561,6 +582,14 @@ impl Columns {
             max_win: v(n),
             last_cwnd: v(n),
             theta: v(n),
+            alpha: v(n),
+            on_us: v(n),
+            off_us: v(n),
+            theta_on_us: v(n),
+            theta_off_us: v(n),
+            bbr_pacing_gain: v(n),
+            bw_raw: v(n),
+            bw_corrected: v(n),
             dstar: [v(n), v(n), v(n), v(n)],
         }
     }
@@ -606,6 +635,14 @@ impl Columns {
         self.max_win.push(e.max_win);
         self.last_cwnd.push(e.last_cwnd);
         self.theta.push(event::theta(e.theta));
+        self.alpha.push(event::gain(e.alpha));
+        self.on_us.push(e.on_us);
+        self.off_us.push(e.off_us);
+        self.theta_on_us.push(e.theta_on_us);
+        self.theta_off_us.push(e.theta_off_us);
+        self.bbr_pacing_gain.push(event::gain(e.bbr_pacing_gain));
+        self.bw_raw.push(event::bits_per_s(e.bw_raw));
+        self.bw_corrected.push(event::bits_per_s(e.bw_corrected));
         for (col, v) in self.dstar.iter_mut().zip(e.dstar) {
             col.push(v);
         }
@@ -653,6 +690,14 @@ impl Columns {
             num("max_win", self.max_win),
             num("last_cwnd", self.last_cwnd),
             num("theta", self.theta),
+            num("alpha", self.alpha),
+            num("on_us", self.on_us),
+            num("off_us", self.off_us),
+            num("theta_on_us", self.theta_on_us),
+            num("theta_off_us", self.theta_off_us),
+            num("bbr_pacing_gain", self.bbr_pacing_gain),
+            num("bw_raw_bps", self.bw_raw),
+            num("bw_corrected_bps", self.bw_corrected),
             num("dstar_0", d0),
             num("dstar_1", d1),
             num("dstar_2", d2),
@@ -686,7 +731,7 @@ impl CsvSink {
     fn row(&mut self, e: &ccctl_event) -> std::io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             e.ts_ns,
             e.flow_id,
             event::addr_string(e.family, e.saddr),
@@ -717,6 +762,14 @@ impl CsvSink {
             e.max_win,
             e.last_cwnd,
             event::theta(e.theta),
+            event::gain(e.alpha),
+            e.on_us,
+            e.off_us,
+            e.theta_on_us,
+            e.theta_off_us,
+            event::gain(e.bbr_pacing_gain),
+            event::bits_per_s(e.bw_raw),
+            event::bits_per_s(e.bw_corrected),
             e.dstar[0],
             e.dstar[1],
             e.dstar[2],

@@ -186,11 +186,14 @@ fn check(args: ScenarioArgs) -> Result<()> {
             .iter()
             .map(|f| {
                 format!(
-                    "{} (rtt {}, {}..{})",
+                    "{} (rtt {}, {}..{}{})",
                     f.cc,
                     Span(f.rtt),
                     Span(f.start),
-                    Span(f.start + f.duration)
+                    Span(f.start + f.duration),
+                    f.schedule
+                        .map(|s| format!(", sender {s}, Θ {:.3}", s.theta()))
+                        .unwrap_or_default()
                 )
             })
             .collect();

@@ -98,6 +98,9 @@ struct ccctl_params {
 	__u32 alpha_little;  /* eq. 38's alpha for Θ > theta_little, x CCCTL_GAIN_UNIT; default 0 */
 	__u32 alpha_medium;  /* ... for theta_heavy < Θ <= theta_little; default 1 */
 	__u32 alpha_heavy;   /* ... for Θ <= theta_heavy; default 2 */
+	__u32 stall_filter;  /* 1: Off excludes the machine's own stalls (a 1 ms heartbeat
+	                      * timer's lateness): for an emulated testbed whose whole
+	                      * machine stalls, never for a real VM; default 0 */
 };
 
 /* Fixed point of patched BBR's on-percentage Θ (eq. 11): 1.0 = 1024. */
@@ -185,7 +188,7 @@ struct ccctl_event {
 	__u32 theta_on_us;    /* On time of the round Θ in force was estimated over, us */
 	__u32 theta_off_us;   /* Off time of that round, us */
 	__u32 bbr_pacing_gain;/* BBR's pacing gain p before eq. 37, x CCCTL_GAIN_UNIT */
-	__u32 theta_pad;
+	__u32 stall_us;       /* machine stall time left out of the current round's Off, us */
 	__u64 bw_raw;         /* this ACK's delivery-rate sample D, bytes/s (0: none) */
 	__u64 bw_corrected;   /* the sample fed to the max filter, D/Θ in ProbeBW (eq. 36), bytes/s */
 	/* Reserved for TCP D*: filled when it lands. */

@@ -38,6 +38,13 @@ typedef _Bool bool;
 #define true 1
 #define false 0
 
+/* uapi struct bpf_timer: opaque, embedded in a map value. */
+struct bpf_timer {
+	__u64 __opaque[2];
+} __attribute__((aligned(8)));
+
+#define CLOCK_MONOTONIC 1
+
 /* uapi constants (include/uapi/linux/bpf.h) */
 enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,

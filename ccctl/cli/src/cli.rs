@@ -175,10 +175,19 @@ pub struct ParamFlags {
         help_heading = "Parameters"
     )]
     pub alpha_heavy: Option<f64>,
+    /// Patched BBR: 1 leaves the whole machine's stalls out of Off (emulated testbeds only; 0 or 1; default 0).
+    #[arg(
+        long,
+        value_name = "0|1",
+        allow_hyphen_values = true,
+        help_heading = "Parameters"
+    )]
+    pub stall_filter: Option<f64>,
 }
 
 /// Ids of the `ParamFlags` arguments, for `--reset`'s conflicts.
-const PARAM_FLAG_IDS: [&str; 11] = [
+const PARAM_FLAG_IDS: [&str; 12] = [
+    "stall_filter",
     "wmin",
     "wmax",
     "smin",
@@ -207,6 +216,7 @@ impl ParamFlags {
             (params::ALPHA_LITTLE.name, self.alpha_little),
             (params::ALPHA_MEDIUM.name, self.alpha_medium),
             (params::ALPHA_HEAVY.name, self.alpha_heavy),
+            (params::STALL_FILTER.name, self.stall_filter),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))

@@ -45,6 +45,9 @@ const MAP_OPS_PRE610: &str = "ops_pre610";
 const MAP_META: &str = "meta";
 const PIN_LINK: &str = "link";
 const MAP_PARAMS: &str = "params";
+/// patched_bbr's heartbeat timer: pinned so the timer outlives this process
+/// (a map's timers are cancelled when its last user reference goes).
+const MAP_HEARTBEAT: &str = "heartbeat";
 const MAP_TRACE_EVENTS: &str = "trace_events";
 /// Ring-buffer size override for the next first load (bytes, a power of two
 /// of at least 4096); tests shrink it to force overflows.
@@ -70,6 +73,7 @@ pub fn default_params() -> abi::ccctl_params {
         alpha_little: 0,
         alpha_medium: abi::CCCTL_GAIN_UNIT,
         alpha_heavy: 2 * abi::CCCTL_GAIN_UNIT,
+        stall_filter: 0,
     }
 }
 
@@ -402,6 +406,11 @@ where
         maps[params_idx]
             .pin(plan.pin_dir.join(MAP_PARAMS))
             .map_err(bpf("pinning the params map"))?;
+        if let Some(i) = maps.iter().position(|m| m.name() == OsStr::new(MAP_HEARTBEAT)) {
+            maps[i]
+                .pin(plan.pin_dir.join(MAP_HEARTBEAT))
+                .map_err(bpf("pinning the heartbeat map"))?;
+        }
         for (name, tracer) in tracers.iter_mut() {
             tracer
                 .pin(plan.pin_dir.join(name.as_str()))

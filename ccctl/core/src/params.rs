@@ -247,6 +247,26 @@ pub const ALPHA_HEAVY: ParamDef = alpha(
     |p, v| p.alpha_heavy = v,
 );
 
+/// Patched BBR: leave the machine's own stalls (a 1 ms heartbeat timer's
+/// lateness) out of Off, 0 or 1. For an emulated testbed whose whole machine
+/// stalls (our TCG VM on a busy host); a real descheduled VM stalls as a
+/// whole too, so there it must stay 0 (the default).
+pub const STALL_FILTER: ParamDef = ParamDef {
+    name: "stall_filter",
+    flag: "stall-filter",
+    summary: "patched BBR: 1 leaves the whole machine's stalls (heartbeat timer lateness) out of Off; for emulated testbeds only",
+    unit: "0/1",
+    scale: 1.0,
+    min: 0.0,
+    max: 1.0,
+    min_exclusive: false,
+    max_exclusive: false,
+    default: 0.0,
+    integer: true,
+    get: |p| p.stall_filter,
+    set: |p, v| p.stall_filter = v,
+};
+
 /// Every parameter any algorithm has, to name unknown ones helpfully.
 pub const ALL: &[ParamDef] = &[
     W_MIN,
@@ -260,6 +280,7 @@ pub const ALL: &[ParamDef] = &[
     ALPHA_LITTLE,
     ALPHA_MEDIUM,
     ALPHA_HEAVY,
+    STALL_FILTER,
 ];
 
 /// Parameters of each algorithm, by its user name.
@@ -276,6 +297,7 @@ pub fn defs_for(algo: &Algorithm) -> &'static [ParamDef] {
             ALPHA_LITTLE,
             ALPHA_MEDIUM,
             ALPHA_HEAVY,
+            STALL_FILTER,
         ],
         _ => &[],
     }

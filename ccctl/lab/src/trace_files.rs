@@ -30,6 +30,7 @@
 //! | `on_us`, `off_us` | u32 | patched BBR: On and Off time of the current round so far, us |
 //! | `theta_on_us`, `theta_off_us` | u32 | patched BBR: On and Off time of the round `theta` was estimated over, us |
 //! | `bbr_pacing_gain` | f64 | patched BBR: BBR's pacing gain p before eq. 37 (fixed point / 256) |
+//! | `stall_us` | u32 | patched BBR: machine stall time left out of the current round's Off (stall_filter), us |
 //! | `bw_raw_bps`, `bw_corrected_bps` | u64 | patched BBR: this ACK's delivery-rate sample D, and what the max filter saw (D/Θ in probe_bw, eq. 36), bit/s; 0 if no sample |
 //! | `dstar_0` .. `dstar_3` | u32 | TCP D* state |
 //!
@@ -126,7 +127,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 42] = [
+pub const COLUMNS: [&str; 43] = [
     "ts_ns",
     "flow_id",
     "saddr",
@@ -163,6 +164,7 @@ pub const COLUMNS: [&str; 42] = [
     "theta_on_us",
     "theta_off_us",
     "bbr_pacing_gain",
+    "stall_us",
     "bw_raw_bps",
     "bw_corrected_bps",
     "dstar_0",
@@ -541,6 +543,7 @@ struct Columns {
     theta_on_us: Vec<u32>,
     theta_off_us: Vec<u32>,
     bbr_pacing_gain: Vec<f64>,
+    stall_us: Vec<u32>,
     bw_raw: Vec<u64>,
     bw_corrected: Vec<u64>,
     dstar: [Vec<u32>; 4],
@@ -588,6 +591,7 @@ impl Columns {
             theta_on_us: v(n),
             theta_off_us: v(n),
             bbr_pacing_gain: v(n),
+            stall_us: v(n),
             bw_raw: v(n),
             bw_corrected: v(n),
             dstar: [v(n), v(n), v(n), v(n)],
@@ -641,6 +645,7 @@ impl Columns {
         self.theta_on_us.push(e.theta_on_us);
         self.theta_off_us.push(e.theta_off_us);
         self.bbr_pacing_gain.push(event::gain(e.bbr_pacing_gain));
+        self.stall_us.push(e.stall_us);
         self.bw_raw.push(event::bits_per_s(e.bw_raw));
         self.bw_corrected.push(event::bits_per_s(e.bw_corrected));
         for (col, v) in self.dstar.iter_mut().zip(e.dstar) {
@@ -696,6 +701,7 @@ impl Columns {
             num("theta_on_us", self.theta_on_us),
             num("theta_off_us", self.theta_off_us),
             num("bbr_pacing_gain", self.bbr_pacing_gain),
+            num("stall_us", self.stall_us),
             num("bw_raw_bps", self.bw_raw),
             num("bw_corrected_bps", self.bw_corrected),
             num("dstar_0", d0),
@@ -731,7 +737,7 @@ impl CsvSink {
     fn row(&mut self, e: &ccctl_event) -> std::io::Result<()> {
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             e.ts_ns,
             e.flow_id,
             event::addr_string(e.family, e.saddr),
@@ -768,6 +774,7 @@ impl CsvSink {
             e.theta_on_us,
             e.theta_off_us,
             event::gain(e.bbr_pacing_gain),
+            e.stall_us,
             event::bits_per_s(e.bw_raw),
             event::bits_per_s(e.bw_corrected),
             e.dstar[0],

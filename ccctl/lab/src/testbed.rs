@@ -30,8 +30,11 @@
 //! * A gated sender N ([`SenderConfig::gate`], a descheduled VM): `taprio`
 //!   roots on the sender's own `eth0` and on the router's `to_sN`, one traffic
 //!   class, gate open On / closed Off, CLOCK_TAI, base-time 0, so both
-//!   gates open and close together; the ACK-path netem sits under the
-//!   router's taprio (`parent 100:1`). Off, the sender transmits nothing
+//!   gates open and close together. Such a sender's base RTT moves to its
+//!   data path, before the bottleneck: `to_sN` ingress is redirected (u32
+//!   match-all + mirred) to `ifbgN`, whose root is the netem delay (a
+//!   netem child under taprio would be peeked by taprio and then dequeued
+//!   by netem itself, which does not serve the peeked packet). Off, the sender transmits nothing
 //!   (TCP Small Queues holds the socket once its few packets wait in the
 //!   closed gate) and receives nothing (its ACKs wait at the router). The
 //!   sender-side qdisc is no bottleneck: it delays, and drops nothing.
@@ -1215,6 +1218,11 @@ impl Gate {
 /// Handle of a gate's taprio root; its one queue is class `100:1`.
 const GATE_HANDLE: u32 = 100;
 
+/// The router's ifb device carrying gated sender `i`'s base RTT.
+fn gate_ifb_dev(i: usize) -> String {
+    format!("ifbg{i}")
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestbedConfig {
     /// Bottleneck rate in bit/s.
@@ -1543,6 +1551,11 @@ impl Testbed {
         for (i, s) in senders.iter().enumerate() {
             lines.push(veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu));
         }
+        for (i, s) in c.senders.iter().enumerate() {
+            if s.gate.is_some() && !s.rtt.is_zero() {
+                lines.push(format!("link add {} netns {rt} type ifb", gate_ifb_dev(i)));
+            }
+        }
         let rt_tc = self.router_qdiscs();
         let rx_tc = loss.map(loss_qdiscs);
         let gated: Vec<(String, Vec<String>)> = c
@@ -1618,6 +1631,11 @@ impl Testbed {
             }
             rt.addrs.push((dev, addr, 24));
         }
+        for (i, s) in c.senders.iter().enumerate() {
+            if s.gate.is_some() && !s.rtt.is_zero() {
+                rt.up.push(gate_ifb_dev(i));
+            }
+        }
         v.push(rt);
 
         let mut rx = base(Role::Receiver);
@@ -1669,20 +1687,28 @@ impl Testbed {
         }
         for (i, s) in c.senders.iter().enumerate() {
             let dev = router_sender_dev(i);
-            // A gated sender's ACK path: the gate at the root, the delay under it.
-            let parent = match s.gate {
+            match s.gate {
+                // The gate on the ACK path; the base RTT on the data path.
                 Some(g) => {
                     lines.push(g.taprio_line(&dev));
-                    format!("parent {GATE_HANDLE}:1 handle 10:")
+                    if !s.rtt.is_zero() {
+                        let ifb = gate_ifb_dev(i);
+                        lines.push(format!(
+                            "qdisc add dev {ifb} root netem delay {}us limit {NETEM_LIMIT}",
+                            s.rtt.as_micros()
+                        ));
+                        lines.push(format!("qdisc add dev {dev} handle ffff: ingress"));
+                        lines.push(format!(
+                            "filter add dev {dev} parent ffff: protocol all u32 match u32 0 0 \
+                             action mirred egress redirect dev {ifb}"
+                        ));
+                    }
                 }
-                None => "root handle 1:".to_string(),
-            };
-            if !s.rtt.is_zero() {
-                lines.push(format!(
-                    "qdisc {} dev {dev} {parent} netem delay {}us limit {NETEM_LIMIT}",
-                    if s.gate.is_some() { "replace" } else { "add" },
+                None if !s.rtt.is_zero() => lines.push(format!(
+                    "qdisc add dev {dev} root handle 1: netem delay {}us limit {NETEM_LIMIT}",
                     s.rtt.as_micros()
-                ));
+                )),
+                None => {}
             }
         }
         lines

@@ -633,6 +633,31 @@ buffer = "0.3bdp"
     }
 
     #[test]
+    fn a_schedule_gates_a_flow_group_and_bad_ones_are_refused() {
+        let sc = with(
+            r#"flows = [{ cc = "bbr", schedule = { on = "10ms", off = "70ms" } }, { cc = "cubic" }]"#,
+        )
+        .expect("valid");
+        let runs = sc.runs();
+        let sch = runs[0].flows[0].schedule.expect("the first group is gated");
+        assert_eq!((sch.on.0, sch.off.0), (Duration::from_millis(10), Duration::from_millis(70)));
+        assert_eq!(sch.theta(), 0.125);
+        assert_eq!(runs[0].flows[1].schedule, None, "the second group is always On");
+        for (bad, needle) in [
+            (r#"{ on = "0ms", off = "10ms" }"#, "at least 1 ms"),
+            (r#"{ on = "10ms", off = "0.5ms" }"#, "at least 1 ms"),
+            (r#"{ on = "600ms", off = "600ms" }"#, "cycle over 1 s"),
+            (r#"{ on = "10ms" }"#, "missing field `off`"),
+            (r#"{ on = "10ms", off = "10ms", slot = "1ms" }"#, "unknown field `slot`"),
+        ] {
+            let e = with(&format!(r#"flows = [{{ cc = "bbr", schedule = {bad} }}]"#))
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn shorthand_flows_and_defaults() {
         let sc = with(r#"flows = "cubic:1, bbr""#).expect("valid");
         assert_eq!(sc.warmup.0, Duration::from_secs(3));

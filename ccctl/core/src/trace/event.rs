@@ -269,11 +269,14 @@ mod tests {
         assert_eq!(algo_id("bpf_bbr"), Some(abi::CCCTL_ALGO_BBR));
         assert_eq!(algo_id("modest_bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
         assert_eq!(algo_id("modest-bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
+        assert_eq!(algo_id("patched-bbr"), Some(abi::CCCTL_ALGO_PATCHED_BBR));
+        assert_eq!(algo_id("patched_bbr"), Some(abi::CCCTL_ALGO_PATCHED_BBR));
         assert_eq!(algo_id("dstar"), Some(abi::CCCTL_ALGO_DSTAR));
         assert_eq!(algo_id("cubic"), None);
         assert_eq!(algo_name(0), "unknown");
         assert!(
-            algo_choices().starts_with("bbr (bpf_bbr), modest-bbr (modest_bbr), patched_bbr"),
+            algo_choices()
+                .starts_with("bbr (bpf_bbr), modest-bbr (modest_bbr), patched-bbr (patched_bbr)"),
             "{}",
             algo_choices()
         );

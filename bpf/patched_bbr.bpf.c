@@ -58,10 +58,12 @@
  * also for an empty one), while tp_btf programs load there; a tracepoint
  * is also a stable interface where a function is not.
  *
- * A gap says nothing about descheduling when the sender chose to wait: a
- * transmission that filled cwnd, or left the flow application-limited, is
- * followed by a wait for ACKs or data, not for a CPU.  Such gaps count
- * neither as On nor as Off.
+ * A gap says nothing about descheduling when the application had nothing
+ * to send: a transmission that left the flow application-limited is
+ * followed by a wait for data, not for a CPU, and that gap counts neither
+ * as On nor as Off.  A wait for ACKs (cwnd full) does count, as in the
+ * paper: a descheduled sender receives no ACKs during Off either, so it
+ * is often cwnd-limited when Off ends.
  *
  * An emulated testbed stalls as a whole
  * --------------------------------------
@@ -94,8 +96,11 @@
  *     kernel adds to its pacing schedule, less the jitter credit it gives
  *     back), and the Off time is the lateness beyond it, not the whole gap
  *     (the pacing gap itself was spent On).
- *  3. Gaps after a cwnd-limited or application-limited transmission are
- *     left out (see above); the paper's simplified BBR is never limited so.
+ *  3. Gaps after an application-limited transmission are left out (see
+ *     above).  A first version also left out gaps after a transmission that
+ *     filled cwnd: under a Heavy gate (On 10 / Off 70 ms, Θ = 0.125) it read
+ *     Θ 0.34 in the VM, as with ACKs held during Off the sender runs into
+ *     cwnd before the gate closes and the rest of the Off was dropped.
  *  4. Θ is floored at 1/32 before anything divides by it, so one bad round
  *     can at most multiply a bandwidth sample or the probe's pacing rate by
  *     32 (the paper's heaviest case, about 1 % On, is then under-corrected).
@@ -152,7 +157,7 @@ struct patched {
 	u32 data_segs_out;  /* tp->data_segs_out at the previous transmission */
 	u64 stall_seen_ns;  /* machine stall total at the previous transmission */
 	u64 stall_ns;       /* stall time left out of Off in the current round */
-	u8 waiting;         /* the previous transmission filled cwnd or ran out of data */
+	u8 waiting;         /* the previous transmission left the flow application-limited */
 	u8 pad[3];
 };
 
@@ -312,7 +317,7 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	struct patched_params m;
 	struct patched *p;
 	u64 depart, gap, late, rate, stalled = 0, *total;
-	u32 segs, data_segs_out, in_flight, zero = 0;
+	u32 segs, data_segs_out, zero = 0;
 
 	if (!sk)
 		return 0;
@@ -358,13 +363,8 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	rate = sk->sk_pacing_rate;
 	p->pacing_gap_ns = rate && rate != ~0UL ?
 		(u64)segs * BPF_CORE_READ(tp, mss_cache) * NSEC_PER_SEC / rate : 0;
-	/* Packets in flight once this one is counted (packets_out grows after
-	 * the device has it): at cwnd, the next gap waits for an ACK. */
-	in_flight = BPF_CORE_READ(tp, packets_out) -
-		    (BPF_CORE_READ(tp, sacked_out) + BPF_CORE_READ(tp, lost_out)) +
-		    BPF_CORE_READ(tp, retrans_out);
-	p->waiting = BPF_CORE_READ(tp, app_limited) != 0 ||
-		     in_flight + segs >= BPF_CORE_READ(tp, snd_cwnd);
+	/* Out of data: the next gap waits for the application. */
+	p->waiting = BPF_CORE_READ(tp, app_limited) != 0;
 	return 0;
 }
 

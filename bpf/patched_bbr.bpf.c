@@ -58,12 +58,14 @@
  * also for an empty one), while tp_btf programs load there; a tracepoint
  * is also a stable interface where a function is not.
  *
- * A gap says nothing about descheduling when the application had nothing
- * to send: a transmission that left the flow application-limited is
- * followed by a wait for data, not for a CPU, and that gap counts neither
- * as On nor as Off.  A wait for ACKs (cwnd full) does count, as in the
- * paper: a descheduled sender receives no ACKs during Off either, so it
- * is often cwnd-limited when Off ends.
+ * Off is time in which the sender neither sends nor processes an ACK
+ * (Sec. III-C: during Off SND can do neither).  So the lateness of a send
+ * is measured up to the first ACK processed after the previous send, if
+ * one came earlier: a flow that waits for ACKs with cwnd full, while ACKs
+ * keep arriving, is On; a flow whose ACKs stop, because it is descheduled
+ * (or gated), is Off until the first ACK or send after the pause.  A gap
+ * after a transmission that left the flow application-limited waits for
+ * data, not for a CPU, and counts neither as On nor as Off.
  *
  * An emulated testbed stalls as a whole
  * --------------------------------------
@@ -96,11 +98,14 @@
  *     kernel adds to its pacing schedule, less the jitter credit it gives
  *     back), and the Off time is the lateness beyond it, not the whole gap
  *     (the pacing gap itself was spent On).
- *  3. Gaps after an application-limited transmission are left out (see
- *     above).  A first version also left out gaps after a transmission that
+ *  3. A send gap is Off only up to the first ACK processed in it (see
+ *     above), and gaps after an application-limited transmission are left
+ *     out.  A first version left out every gap after a transmission that
  *     filled cwnd: under a Heavy gate (On 10 / Off 70 ms, Θ = 0.125) it read
- *     Θ 0.34 in the VM, as with ACKs held during Off the sender runs into
- *     cwnd before the gate closes and the rest of the Off was dropped.
+ *     Θ 0.34 in the VM (with ACKs held during Off the sender runs into cwnd
+ *     before the gate closes).  A second counted such gaps whole: ungated
+ *     beside bpf_bbr on the host (0 ms, 50 Mbit/s) it read Θ 0.4-0.5, waits
+ *     for ACKs that were arriving, and took 64-77 % of the link.
  *  4. Θ is floored at 1/32 before anything divides by it, so one bad round
  *     can at most multiply a bandwidth sample or the probe's pacing rate by
  *     32 (the paper's heaviest case, about 1 % On, is then under-corrected).
@@ -156,9 +161,11 @@ struct patched {
 	u32 bw_corrected;   /* the sample the max filter saw (D / Θ in PROBE_BW) */
 	u32 data_segs_out;  /* tp->data_segs_out at the previous transmission */
 	u64 stall_seen_ns;  /* machine stall total at the previous transmission */
+	u64 first_ack_ns;   /* first ACK processed since the previous transmission */
 	u64 stall_ns;       /* stall time left out of Off in the current round */
 	u8 waiting;         /* the previous transmission left the flow application-limited */
-	u8 pad[3];
+	u8 acked;           /* an ACK was processed since the previous transmission */
+	u8 pad[2];
 };
 
 struct {
@@ -316,7 +323,7 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	const struct tcp_sock *tp;
 	struct patched_params m;
 	struct patched *p;
-	u64 depart, gap, late, rate, stalled = 0, *total;
+	u64 depart, gap, quiet, late, rate, stalled = 0, *total;
 	u32 segs, data_segs_out, zero = 0;
 
 	if (!sk)
@@ -346,7 +353,12 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	}
 	if (p->last_depart_ns && !p->waiting && depart > p->last_depart_ns) {
 		gap = depart - p->last_depart_ns;
-		late = gap > p->pacing_gap_ns ? gap - p->pacing_gap_ns : 0;
+		/* Silent until the first ACK processed in the gap, if any. */
+		quiet = p->acked && p->first_ack_ns < depart ?
+			(p->first_ack_ns > p->last_depart_ns ?
+				 p->first_ack_ns - p->last_depart_ns : 0) :
+			gap;
+		late = quiet > p->pacing_gap_ns ? quiet - p->pacing_gap_ns : 0;
 		/* The machine's own stalls during the gap are not the sender's Off. */
 		stalled = min(stalled, late);
 		p->stall_ns += stalled;
@@ -359,6 +371,7 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 		}
 	}
 	p->last_depart_ns = depart;
+	p->acked = 0;
 	/* The kernel paces each packet's bytes at sk_pacing_rate (~0 = unpaced). */
 	rate = sk->sk_pacing_rate;
 	p->pacing_gap_ns = rate && rate != ~0UL ?
@@ -385,7 +398,16 @@ static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64
 	return bw;
 }
 
-static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs) {}
+/* Every ACK: the first one after a transmission ends that gap's silence. */
+static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs)
+{
+	struct patched *p = patched_of(sk);
+
+	if (p && !p->acked) {
+		p->acked = 1;
+		p->first_ack_ns = bpf_ktime_get_ns();
+	}
+}
 
 /* Eq. 37: B* x p / Θ while probing up (p > 1) with Θ <= theta_little. */
 static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain)

@@ -246,7 +246,10 @@ pub fn pseudocode2_from_trace(
         }
         let sampled_in_probe_bw = i > 0 && ev[i - 1].probe_bw;
         if e.bw_raw > 0 && !sampled_in_probe_bw {
-            assert_eq!(e.bw_corrected, e.bw_raw, "event {i}: corrected outside PROBE_BW: {e:?}");
+            assert_eq!(
+                e.bw_corrected, e.bw_raw,
+                "event {i}: corrected outside PROBE_BW: {e:?}"
+            );
         }
         if !e.probe_bw {
             assert_eq!(e.alpha, 0.0, "event {i}: alpha outside PROBE_BW: {e:?}");
@@ -314,7 +317,11 @@ pub fn pseudocode2_from_trace(
         "only {} PROBE_BW events: nothing to check",
         sum.probe_bw
     );
-    assert!(sum.theta_updates > 10, "Θ changed {} times", sum.theta_updates);
+    assert!(
+        sum.theta_updates > 10,
+        "Θ changed {} times",
+        sum.theta_updates
+    );
     sum
 }
 
@@ -367,9 +374,20 @@ pub fn patched_bbr_parameters() {
         (0.667, 0.333, 1.0, 0.0, 1.0, 2.0),
         "defaults: {v}"
     );
-    ccctl(&["tune", "patched-bbr", "--off-thresh", "5", "--alpha-heavy", "3"]).ok();
+    ccctl(&[
+        "tune",
+        "patched-bbr",
+        "--off-thresh",
+        "5",
+        "--alpha-heavy",
+        "3",
+    ])
+    .ok();
     let v = view();
-    assert_eq!((value(&v, "off_thresh"), value(&v, "alpha_heavy")), (5.0, 3.0));
+    assert_eq!(
+        (value(&v, "off_thresh"), value(&v, "alpha_heavy")),
+        (5.0, 3.0)
+    );
     assert_eq!(v["version"], 2);
 
     let before = view();
@@ -377,21 +395,51 @@ pub fn patched_bbr_parameters() {
     for (args, needles) in [
         (
             &["--theta-heavy", "0.8"][..],
-            &["theta_heavy 0.8 must be below theta_little 0.667", "0 < theta_heavy < theta_little <= 1"][..],
+            &[
+                "theta_heavy 0.8 must be below theta_little 0.667",
+                "0 < theta_heavy < theta_little <= 1",
+            ][..],
         ),
-        (&["--theta-little", "0.2"], &["theta_heavy 0.333 must be below theta_little 0.2"]),
-        (&["--theta-little", "1.5"], &["theta_little (--theta-little)", "out of range"]),
-        (&["--theta-heavy", "0"], &["theta_heavy (--theta-heavy)", "above 0"]),
-        (&["--theta-heavy", "nan"], &["theta_heavy (--theta-heavy)", "not a number"]),
-        (&["--off-thresh", "0.05"], &["off_thresh (--off-thresh)", "0.1 to 100"]),
-        (&["--off-thresh", "1000"], &["off_thresh (--off-thresh)", "0.1 to 100"]),
-        (&["--alpha-medium", "-1"], &["alpha_medium (--alpha-medium)", "0 to 4"]),
-        (&["--alpha-heavy", "inf"], &["alpha_heavy (--alpha-heavy)", "not a finite number"]),
+        (
+            &["--theta-little", "0.2"],
+            &["theta_heavy 0.333 must be below theta_little 0.2"],
+        ),
+        (
+            &["--theta-little", "1.5"],
+            &["theta_little (--theta-little)", "out of range"],
+        ),
+        (
+            &["--theta-heavy", "0"],
+            &["theta_heavy (--theta-heavy)", "above 0"],
+        ),
+        (
+            &["--theta-heavy", "nan"],
+            &["theta_heavy (--theta-heavy)", "not a number"],
+        ),
+        (
+            &["--off-thresh", "0.05"],
+            &["off_thresh (--off-thresh)", "0.1 to 100"],
+        ),
+        (
+            &["--off-thresh", "1000"],
+            &["off_thresh (--off-thresh)", "0.1 to 100"],
+        ),
+        (
+            &["--alpha-medium", "-1"],
+            &["alpha_medium (--alpha-medium)", "0 to 4"],
+        ),
+        (
+            &["--alpha-heavy", "inf"],
+            &["alpha_heavy (--alpha-heavy)", "not a finite number"],
+        ),
         (
             &["--alpha-little", "1", "--alpha-heavy", "9"],
             &["alpha_heavy (--alpha-heavy)", "0 to 4"],
         ),
-        (&["--wmin", "0.5"], &["w_min (--wmin)", "not a parameter of patched-bbr"]),
+        (
+            &["--wmin", "0.5"],
+            &["w_min (--wmin)", "not a parameter of patched-bbr"],
+        ),
     ] {
         let mut full = vec!["tune", "patched-bbr"];
         full.extend_from_slice(args);
@@ -426,7 +474,11 @@ fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool)> {
     let proto = (libc::ETH_P_ALL as u16).to_be() as libc::c_int;
     // SAFETY: plain socket(2); the fd is owned below.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto) };
-    assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+    assert!(
+        fd >= 0,
+        "AF_PACKET socket: {}",
+        std::io::Error::last_os_error()
+    );
     // SAFETY: fd is a fresh descriptor we own.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
     let ifname = std::ffi::CString::new(dev).expect("device name");
@@ -454,8 +506,20 @@ fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool)> {
             ),
             0
         );
-        libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, (&rcvbuf as *const libc::c_int).cast(), 4);
-        libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, SO_TIMESTAMPNS, (&on as *const libc::c_int).cast(), 4);
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&rcvbuf as *const libc::c_int).cast(),
+            4,
+        );
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        );
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
@@ -502,7 +566,10 @@ fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool)> {
                 let ts: libc::timespec =
                     unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
                 let real = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
-                out.push(((real + tai_offset) as u64, from.sll_pkttype == PACKET_OUTGOING));
+                out.push((
+                    (real + tai_offset) as u64,
+                    from.sll_pkttype == PACKET_OUTGOING,
+                ));
             }
             cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
         }
@@ -514,7 +581,12 @@ fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool)> {
 /// Cubic flow running through it, every packet that goes onto the sender's
 /// link, data from the sender (its `eth0`) and ACKs toward it (the
 /// router's `to_s0`), does so in an On window, within 1 ms.
-pub fn gate_passes_packets_only_in_on_windows(rate_bps: u64, rtt: Duration, on_ms: u64, off_ms: u64) {
+pub fn gate_passes_packets_only_in_on_windows(
+    rate_bps: u64,
+    rtt: Duration,
+    on_ms: u64,
+    off_ms: u64,
+) {
     let _clean = Clean::new();
     let gate = Gate {
         on: Duration::from_millis(on_ms),
@@ -544,7 +616,11 @@ pub fn gate_passes_packets_only_in_on_windows(rate_bps: u64, rtt: Duration, on_m
     let tol = 1_000_000u64;
     let on = gate.on.as_nanos() as u64;
     let outside = |out: bool| -> (usize, Vec<f64>) {
-        let ph: Vec<u64> = pkts.iter().filter(|p| p.1 == out).map(|p| p.0 % cycle).collect();
+        let ph: Vec<u64> = pkts
+            .iter()
+            .filter(|p| p.1 == out)
+            .map(|p| p.0 % cycle)
+            .collect();
         let bad: Vec<f64> = ph
             .iter()
             .filter(|&&p| !(p <= on + tol || p + tol >= cycle))
@@ -560,11 +636,24 @@ pub fn gate_passes_packets_only_in_on_windows(rate_bps: u64, rtt: Duration, on_m
         bad_recv.len(),
         mbit(gated)
     );
-    assert!(sent > 100 && recv > 100, "too few packets captured: {sent} out, {recv} in");
-    assert!(bad_sent.is_empty(), "sent outside On windows at phases (ms) {:?}", &bad_sent[..bad_sent.len().min(20)]);
-    assert!(bad_recv.is_empty(), "router sent toward the sender outside On windows at phases (ms) {:?}", &bad_recv[..bad_recv.len().min(20)]);
+    assert!(
+        sent > 100 && recv > 100,
+        "too few packets captured: {sent} out, {recv} in"
+    );
+    assert!(
+        bad_sent.is_empty(),
+        "sent outside On windows at phases (ms) {:?}",
+        &bad_sent[..bad_sent.len().min(20)]
+    );
+    assert!(
+        bad_recv.is_empty(),
+        "router sent toward the sender outside On windows at phases (ms) {:?}",
+        &bad_recv[..bad_recv.len().min(20)]
+    );
     // The same testbed's qdiscs carry the schedule (what the lab records).
-    let qd = tb.exec(Role::Sender(0), &["tc", "qdisc", "show", "dev", "eth0"]).expect("tc");
+    let qd = tb
+        .exec(Role::Sender(0), &["tc", "qdisc", "show", "dev", "eth0"])
+        .expect("tc");
     let qd = String::from_utf8_lossy(&qd.stdout);
     assert!(qd.contains("taprio"), "no taprio on the sender: {qd}");
 }

@@ -122,10 +122,8 @@ mod flows {
     fn patched_bbr_follows_pseudocode2() {
         use crate::common::patched::{pseudocode2_from_trace, Rule};
         let _clean = Clean::new();
-        let tb = crate::common::flows::testbed(TestbedConfig::new(
-            RATE_BPS,
-            buffer_packets(100, 1500),
-        ));
+        let tb =
+            crate::common::flows::testbed(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
         let rule = Rule {
             theta_little: 1023.0 / 1024.0,
             theta_heavy: 922.0 / 1024.0,
@@ -135,7 +133,14 @@ mod flows {
             &tb,
             12,
             std::time::Duration::from_secs(2),
-            &["--off-thresh", "0.1", "--theta-little", "0.999", "--theta-heavy", "0.9"],
+            &[
+                "--off-thresh",
+                "0.1",
+                "--theta-little",
+                "0.999",
+                "--theta-heavy",
+                "0.9",
+            ],
             rule,
         );
         assert!(

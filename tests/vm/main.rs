@@ -579,7 +579,8 @@ mod patched {
         require_vm();
         let _clean = Clean::new();
         let rate = 10_000_000;
-        let tb = testbed(TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500)).with_rtts(&[RTT]));
+        let tb =
+            testbed(TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500)).with_rtts(&[RTT]));
         let sum = patched::pseudocode2_from_trace(
             &tb,
             20,
@@ -587,7 +588,11 @@ mod patched {
             &["--stall-filter", "1"],
             Rule::DEFAULT,
         );
-        assert!(sum.mean_theta >= 0.9, "mean Θ {:.3} ungated", sum.mean_theta);
+        assert!(
+            sum.mean_theta >= 0.9,
+            "mean Θ {:.3} ungated",
+            sum.mean_theta
+        );
     }
 
     #[test]

@@ -406,7 +406,10 @@ where
         maps[params_idx]
             .pin(plan.pin_dir.join(MAP_PARAMS))
             .map_err(bpf("pinning the params map"))?;
-        if let Some(i) = maps.iter().position(|m| m.name() == OsStr::new(MAP_HEARTBEAT)) {
+        if let Some(i) = maps
+            .iter()
+            .position(|m| m.name() == OsStr::new(MAP_HEARTBEAT))
+        {
             maps[i]
                 .pin(plan.pin_dir.join(MAP_HEARTBEAT))
                 .map_err(bpf("pinning the heartbeat map"))?;

@@ -201,8 +201,14 @@ pub const OFF_THRESH: ParamDef = ParamDef {
     set: |p, v| p.off_thresh_us = v,
 };
 
-const fn alpha(name: &'static str, flag: &'static str, summary: &'static str, default: f64,
-               get: fn(&abi::ccctl_params) -> u32, set: fn(&mut abi::ccctl_params, u32)) -> ParamDef {
+const fn alpha(
+    name: &'static str,
+    flag: &'static str,
+    summary: &'static str,
+    default: f64,
+    get: fn(&abi::ccctl_params) -> u32,
+    set: fn(&mut abi::ccctl_params, u32),
+) -> ParamDef {
     ParamDef {
         name,
         flag,

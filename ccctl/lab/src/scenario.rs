@@ -640,15 +640,24 @@ buffer = "0.3bdp"
         .expect("valid");
         let runs = sc.runs();
         let sch = runs[0].flows[0].schedule.expect("the first group is gated");
-        assert_eq!((sch.on.0, sch.off.0), (Duration::from_millis(10), Duration::from_millis(70)));
+        assert_eq!(
+            (sch.on.0, sch.off.0),
+            (Duration::from_millis(10), Duration::from_millis(70))
+        );
         assert_eq!(sch.theta(), 0.125);
-        assert_eq!(runs[0].flows[1].schedule, None, "the second group is always On");
+        assert_eq!(
+            runs[0].flows[1].schedule, None,
+            "the second group is always On"
+        );
         for (bad, needle) in [
             (r#"{ on = "0ms", off = "10ms" }"#, "at least 1 ms"),
             (r#"{ on = "10ms", off = "0.5ms" }"#, "at least 1 ms"),
             (r#"{ on = "600ms", off = "600ms" }"#, "cycle over 1 s"),
             (r#"{ on = "10ms" }"#, "missing field `off`"),
-            (r#"{ on = "10ms", off = "10ms", slot = "1ms" }"#, "unknown field `slot`"),
+            (
+                r#"{ on = "10ms", off = "10ms", slot = "1ms" }"#,
+                "unknown field `slot`",
+            ),
         ] {
             let e = with(&format!(r#"flows = [{{ cc = "bbr", schedule = {bad} }}]"#))
                 .expect_err(bad)

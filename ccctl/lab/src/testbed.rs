@@ -1562,7 +1562,10 @@ impl Testbed {
             .senders
             .iter()
             .zip(&senders)
-            .filter_map(|(cfg, ns)| cfg.gate.map(|g| (ns.clone(), vec![g.taprio_line(SENDER_DEV)])))
+            .filter_map(|(cfg, ns)| {
+                cfg.gate
+                    .map(|g| (ns.clone(), vec![g.taprio_line(SENDER_DEV)]))
+            })
             .collect();
         let setups = self.ns_setups();
 

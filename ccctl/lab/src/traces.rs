@@ -175,7 +175,10 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
             if matches!(ccs::resolve(&f.plan.cc), Source::Ours(_)) {
                 by_port.insert(
                     p as u64,
-                    (format!("{} #{i}", f.plan.cc), f.plan.schedule.map(|s| s.theta())),
+                    (
+                        format!("{} #{i}", f.plan.cc),
+                        f.plan.schedule.map(|s| s.theta()),
+                    ),
                 );
             }
         }

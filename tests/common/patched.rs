@@ -454,8 +454,8 @@ pub fn patched_bbr_parameters() {
 
 // ---- the lab's sender gate -------------------------------------------------
 
-/// Packets seen on one interface: (CLOCK_TAI ns, outgoing).
-fn capture(ns: &str, dev: &str, secs: f64) -> Vec<(u64, bool)> {
+/// Packets seen on one interface: (CLOCK_TAI ns, outgoing, IPv4 destination).
+fn capture(ns: &str, dev: &str, secs: f64) -> Vec<(u64, bool, [u8; 4])> {
     let path = Path::new("/run/netns").join(ns);
     let dev = dev.to_string();
     ccctl_sys::netns::run_in(&path, move || capture_here(&dev, secs))
@@ -468,7 +468,7 @@ fn capture(ns: &str, dev: &str, secs: f64) -> Vec<(u64, bool)> {
 /// an incoming TCP packet keeps the departure time its sender's stack gave
 /// it (a CLOCK_MONOTONIC EDT survives the veth's namespace crossing), so
 /// callers use the outgoing side of each end of a link.
-fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool)> {
+fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool, [u8; 4])> {
     const SO_TIMESTAMPNS: libc::c_int = 35;
     const PACKET_OUTGOING: u8 = 4;
     let proto = (libc::ETH_P_ALL as u16).to_be() as libc::c_int;
@@ -566,9 +566,16 @@ fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool)> {
                 let ts: libc::timespec =
                     unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
                 let real = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+                // Ethernet (14 bytes), then the IPv4 header: destination at 16..20.
+                let dst = if n >= 34 {
+                    [data[30], data[31], data[32], data[33]]
+                } else {
+                    [0; 4]
+                };
                 out.push((
                     (real + tai_offset) as u64,
                     from.sll_pkttype == PACKET_OUTGOING,
+                    dst,
                 ));
             }
             cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
@@ -602,13 +609,21 @@ pub fn gate_passes_packets_only_in_on_windows(
     std::thread::sleep(Duration::from_secs(4));
     let router = tb.ns(Role::Router);
     let acks = std::thread::spawn(move || capture(&router, "to_s0", 4.0));
-    let mut pkts = capture(&tb.ns(Role::Sender(0)), "eth0", 4.0);
-    // The router's outgoing packets on the sender's link: the ACKs.
+    // The sender's transmissions onto its link (outgoing on its eth0) ...
+    let mut pkts: Vec<(u64, bool)> = capture(&tb.ns(Role::Sender(0)), "eth0", 4.0)
+        .into_iter()
+        .filter(|p| p.1)
+        .map(|p| (p.0, true))
+        .collect();
+    // ... and the router's toward it: outgoing on to_s0 and addressed to the
+    // sender (the sender's own data, delayed on the router's ifb and put
+    // back on to_s0's ingress, shows there as outgoing too).
+    let sender = tb.sender_addr(0).octets();
     pkts.extend(
         acks.join()
             .expect("capture thread")
             .into_iter()
-            .filter(|p| p.1)
+            .filter(|p| p.1 && p.2 == sender)
             .map(|p| (p.0, false)),
     );
     let gated = running.wait().expect("flow")[0].goodput_bps;

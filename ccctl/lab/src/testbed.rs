@@ -1218,6 +1218,14 @@ impl Gate {
 /// Handle of a gate's taprio root; its one queue is class `100:1`.
 const GATE_HANDLE: u32 = 100;
 
+/// MAC addresses of gated sender `i`'s link: (sender end, router end).
+fn gate_macs(i: usize) -> (String, String) {
+    (
+        format!("02:cc:00:00:{:02x}:01", i as u8),
+        format!("02:cc:00:00:{:02x}:02", i as u8),
+    )
+}
+
 /// The router's ifb device carrying gated sender `i`'s base RTT.
 fn gate_ifb_dev(i: usize) -> String {
     format!("ifbg{i}")
@@ -1448,7 +1456,44 @@ impl Testbed {
             next_port: AtomicU16::new(5201),
         };
         tb.build()?; // on error, Drop cleans up
+        tb.gate_neighbours()?;
         Ok(tb)
+    }
+
+    /// A gated link resolves no neighbour reliably (requests and replies
+    /// wait at closed gates; connects failed with "No route to host" in one
+    /// of four gated testbeds), so both ends get permanent entries.
+    fn gate_neighbours(&self) -> Result<()> {
+        for (i, s) in self.cfg.senders.iter().enumerate() {
+            if s.gate.is_none() {
+                continue;
+            }
+            let (sender_mac, router_mac) = gate_macs(i);
+            let router_ip = Ipv4Addr::new(198, 18, i as u8 + 1, 2).to_string();
+            let sender_ip = self.addr(Role::Sender(i)).to_string();
+            let sender_ns = self.ns(Role::Sender(i));
+            let router_ns = self.ns(Role::Router);
+            let router_dev = router_sender_dev(i);
+            for (ns, ip, mac, dev) in [
+                (&sender_ns, &router_ip, &router_mac, SENDER_DEV),
+                (&router_ns, &sender_ip, &sender_mac, router_dev.as_str()),
+            ] {
+                run(Command::new("ip").args([
+                    "-n",
+                    ns,
+                    "neigh",
+                    "replace",
+                    ip,
+                    "lladdr",
+                    mac,
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ]))?;
+            }
+        }
+        Ok(())
     }
 
     pub fn config(&self) -> &TestbedConfig {
@@ -1549,7 +1594,20 @@ impl Testbed {
             lines.push(format!("link add {IFB_DEV} netns {rx} type ifb"));
         }
         for (i, s) in senders.iter().enumerate() {
-            lines.push(veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu));
+            let mut line = veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu);
+            if c.senders[i].gate.is_some() {
+                // Known addresses, for the static neighbours set below.
+                let (a, b) = gate_macs(i);
+                line = line
+                    .replacen(" mtu ", &format!(" address {a} mtu "), 1)
+                    .replacen(" peer name ", " peer ", 1)
+                    .replacen(
+                        &format!(" {} mtu ", router_sender_dev(i)),
+                        &format!(" name {} address {b} mtu ", router_sender_dev(i)),
+                        1,
+                    );
+            }
+            lines.push(line);
         }
         for (i, s) in c.senders.iter().enumerate() {
             if s.gate.is_some() && !s.rtt.is_zero() {

@@ -32,9 +32,12 @@
 //!   class, gate open On / closed Off, CLOCK_TAI, base-time 0, so both
 //!   gates open and close together. Such a sender's base RTT moves to its
 //!   data path, before the bottleneck: `to_sN` ingress is redirected (u32
-//!   match-all + mirred) to `ifbgN`, whose root is the netem delay (a
-//!   netem child under taprio would be peeked by taprio and then dequeued
-//!   by netem itself, which does not serve the peeked packet). Off, the sender transmits nothing
+//!   match-all + mirred) to `ifbgN`, whose root is the netem delay (first
+//!   it was a netem child under the router's taprio; taprio peeks a child
+//!   and then dequeues it, and netem's peek stashes the packet, a suspected
+//!   but unverified cause of trouble). Measured in the VM: the sender's
+//!   taprio gates to within 1 ms; the router's lets forwarded packets (the
+//!   ACKs) through during Off, cause not found. Off, the sender transmits nothing
 //!   (TCP Small Queues holds the socket once its few packets wait in the
 //!   closed gate) and receives nothing (its ACKs wait at the router). The
 //!   sender-side qdisc is no bottleneck: it delays, and drops nothing.

@@ -102,6 +102,26 @@ impl HumanDuration {
         }
         Ok(HumanDuration(Duration::from_secs_f64(secs)))
     }
+
+    const EXPECTED_CLI: &'static str =
+        "a non-negative number of seconds, or a number with a unit: us, ms, s, min or h, e.g. `30` or `1.5min`";
+
+    /// Like [`parse`](Self::parse), but a bare number means seconds, as it
+    /// does to `iperf3 -t 6` and `timeout 6`. For command-line durations
+    /// only: scenario files keep the unit required, since a bare `40` meant
+    /// as an RTT in ms would be 40 s there.
+    pub fn parse_seconds_default(s: &str) -> Result<HumanDuration, ParseError> {
+        let err = || ParseError {
+            input: s.into(),
+            what: "time",
+            expected: Self::EXPECTED_CLI,
+        };
+        match s.trim().parse::<f64>() {
+            Ok(v) if (0.0..=1e7).contains(&v) => Ok(HumanDuration(Duration::from_secs_f64(v))),
+            Ok(_) => Err(err()),
+            Err(_) => Self::parse(s).map_err(|_| err()),
+        }
+    }
 }
 
 impl fmt::Display for HumanDuration {
@@ -314,5 +334,21 @@ mod tests {
         // 2026-11-24 04:42:10.
         assert_eq!(utc(1_795_495_330, "", "T", "", "Z"), "20261124T044210Z");
         assert_eq!(utc(4_102_444_800, "-", " ", ":", ""), "2100-01-01 00:00:00");
+    }
+
+    #[test]
+    fn command_line_durations_take_bare_seconds_and_units() {
+        let secs = |s: &str| HumanDuration::parse_seconds_default(s).map(|d| d.0.as_secs_f64());
+        assert_eq!(secs("6"), Ok(6.0));
+        assert_eq!(secs("1.5"), Ok(1.5));
+        assert_eq!(secs("30s"), Ok(30.0));
+        assert_eq!(secs("40ms"), Ok(0.04));
+        assert_eq!(secs("2min"), Ok(120.0));
+        for bad in ["-1", "nan", "inf", "1e9", "soon", "6 apples", ""] {
+            let e = HumanDuration::parse_seconds_default(bad).expect_err(bad);
+            assert!(e.to_string().contains("number of seconds"), "{bad}: {e}");
+        }
+        // Scenario files keep the unit required.
+        assert!(HumanDuration::parse("40").is_err());
     }
 }

@@ -30,8 +30,8 @@ pub struct TraceArgs {
     /// At most one event per flow per round trip.
     #[arg(long)]
     pub per_rtt: bool,
-    /// Stop after this long, e.g. 30s (default: at Ctrl-C).
-    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| HumanDuration::parse(s).map_err(|e| e.to_string()))]
+    /// Stop after this long: seconds (`30`) or with a unit (`30s`, `1.5min`); default: at Ctrl-C.
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| HumanDuration::parse_seconds_default(s).map_err(|e| e.to_string()))]
     pub duration: Option<HumanDuration>,
     /// Write events to this Parquet file (one row group per 65 536 events).
     #[arg(long, value_name = "FILE")]
@@ -160,6 +160,13 @@ mod tests {
         let e = opts(&["--follow", "--duration", "0s"])
             .unwrap()
             .unwrap_err();
+        assert!(e.starts_with("--duration:"), "{e}");
+        let (o, _) = parse(&["--follow", "--duration", "6"])
+            .unwrap()
+            .options()
+            .unwrap();
+        assert_eq!(o.duration, Some(std::time::Duration::from_secs(6)));
+        let e = opts(&["--follow", "--duration", "0"]).unwrap().unwrap_err();
         assert!(e.starts_with("--duration:"), "{e}");
         let e = parse(&["--follow", "--duration", "soon"]).unwrap_err();
         assert!(e.contains("--duration"), "{e}");

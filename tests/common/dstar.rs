@@ -453,14 +453,9 @@ pub fn traced_dstar_flow(
     (ev, flows)
 }
 
-/// `ccctl load dstar` carries a flow: iperf3 ran dstar, `ss -ti` names it
-/// on the socket, goodput at least `min_share` of the link.
-pub fn dstar_carries_a_flow(cfg: TestbedConfig, secs: u64, min_share: f64) {
-    let _clean = Clean::new();
-    let rate = cfg.rate_bps as f64;
-    ccctl(&["load", "dstar"]).ok();
-    let tb = testbed(cfg);
-    let (flow, seen) = flow_with_ss(&tb, "dstar", secs);
+/// One D* flow as the socket and iperf3 saw it: the socket used dstar all
+/// along and the flow got at least `min_share` of `rate` (bit/s).
+pub fn check_dstar_flow(flow: &FlowResult, seen: &[String], rate: f64, min_share: f64) {
     println!(
         "dstar: {:.1} Mbit/s of {:.1} ({:.0} %), {} retransmits, mean RTT {:.1} ms, ss saw {seen:?}",
         mbit(flow.goodput_bps),
@@ -481,6 +476,17 @@ pub fn dstar_carries_a_flow(cfg: TestbedConfig, secs: u64, min_share: f64) {
         100.0 * min_share,
         mbit(rate)
     );
+}
+
+/// `ccctl load dstar` carries a flow: iperf3 ran dstar, `ss -ti` names it
+/// on the socket, goodput at least `min_share` of the link.
+pub fn dstar_carries_a_flow(cfg: TestbedConfig, secs: u64, min_share: f64) {
+    let _clean = Clean::new();
+    let rate = cfg.rate_bps as f64;
+    ccctl(&["load", "dstar"]).ok();
+    let tb = testbed(cfg);
+    let (flow, seen) = flow_with_ss(&tb, "dstar", secs);
+    check_dstar_flow(&flow, &seen, rate, min_share);
     let _ = tb.destroy();
 }
 

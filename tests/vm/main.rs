@@ -563,24 +563,7 @@ mod dstar {
             let _ = tb.destroy();
             Ok((rate, flow, seen))
         });
-        println!(
-            "dstar: {:.1} Mbit/s of {:.1}, {} retransmits, mean RTT {:.1} ms, ss saw {seen:?}",
-            mbit(flow.goodput_bps),
-            mbit(rate as f64),
-            flow.retransmits,
-            flow.mean_rtt_us.unwrap_or(0) as f64 / 1000.0
-        );
-        assert_eq!(flow.sender_cc.as_deref(), Some("dstar"));
-        assert!(
-            !seen.is_empty() && seen.iter().all(|c| c == "dstar"),
-            "ss saw {seen:?}"
-        );
-        assert!(
-            flow.goodput_bps >= 0.5 * rate as f64,
-            "dstar: {:.1} Mbit/s of {:.1}",
-            mbit(flow.goodput_bps),
-            mbit(rate as f64)
-        );
+        dstar::check_dstar_flow(&flow, &seen, rate as f64, 0.5);
     }
 
     #[test]

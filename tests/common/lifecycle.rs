@@ -165,3 +165,57 @@ pub fn errors_are_clear_and_change_nothing() {
     assert_eq!(snapshot(), before);
     let _ = fs::remove_dir_all(dir);
 }
+
+/// A minimal system (a virtme-ng VM) boots without bpffs: `ccctl load`
+/// mounts it at /sys/fs/bpf itself (mode 0700, as bpftool does), says so on
+/// stderr, pins there, and `unload` leaves nothing. Run in a private mount
+/// namespace so the rest of the machine keeps its own bpffs.
+pub fn load_mounts_a_missing_bpffs() {
+    let _clean = Clean::new();
+    assert!(!registered("bpf_bbr"), "bpf_bbr registered before the test");
+    let script = r#"
+bin=$1
+# Whatever happens below, take our registration away (6.1: it outlives us).
+trap '"$bin" unload --all >/dev/null 2>&1' EXIT
+mounted() { grep -q ' /sys/fs/bpf bpf ' /proc/self/mounts; }
+while mounted; do umount /sys/fs/bpf || exit 90; done
+"$bin" load bbr || exit 91
+mounted || exit 92
+echo "mode $(stat -c %a /sys/fs/bpf)"
+test -d /sys/fs/bpf/ccctl/bbr || exit 93
+"$bin" unload bbr || exit 94
+test -e /sys/fs/bpf/ccctl && exit 95
+exit 0
+"#;
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(ccctl_bin())
+        .output()
+        .expect("running unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "exit {:?} (90 umount, 91 load refused, 92 not mounted after load, 93 no pins, \
+         94 unload, 95 pins left)\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status.code()
+    );
+    assert!(
+        stderr.contains("bpffs was not mounted: mounted it at /sys/fs/bpf"),
+        "load did not say it mounted bpffs:\n{stderr}"
+    );
+    assert!(stdout.contains("mode 700"), "bpffs mode: {stdout}");
+    assert!(
+        !registered("bpf_bbr"),
+        "bpf_bbr still registered after the private-namespace unload"
+    );
+}

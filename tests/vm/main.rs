@@ -48,6 +48,12 @@ fn errors_are_clear_and_change_nothing() {
     lifecycle::errors_are_clear_and_change_nothing();
 }
 
+#[test]
+fn load_mounts_a_missing_bpffs() {
+    require_vm();
+    lifecycle::load_mounts_a_missing_bpffs();
+}
+
 /// Unload while a flow runs, on the 6.1 path (map registration deleted).
 #[test]
 fn unload_while_a_flow_runs_is_safe() {

@@ -33,6 +33,12 @@ pub enum Error {
     )]
     BpffsNotMounted { path: PathBuf },
 
+    #[error(
+        "bpffs is not mounted at {path} and mounting it failed: {why}; mount it with \
+         `mount -t bpf bpf {path}` (or set CCCTL_BPFFS to where it is mounted)"
+    )]
+    BpffsMountFailed { path: PathBuf, why: String },
+
     #[error("the kernel's verifier rejected `{algo}`:\n{log_tail}")]
     VerifierRejected { algo: String, log_tail: String },
 

@@ -287,7 +287,7 @@ pub fn unload_all() -> Result<Vec<(&'static str, UnloadOutcome)>> {
 fn preflight() -> Result<Kernel> {
     kernel::check_privileges()?;
     let kernel = Kernel::probe()?;
-    kernel::check_bpffs(&kernel::bpffs_root())?;
+    kernel::ensure_bpffs(&kernel::bpffs_root())?;
     Ok(kernel)
 }
 

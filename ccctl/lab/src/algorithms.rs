@@ -109,7 +109,7 @@ pub fn check(sc: &Scenario) -> Result<BTreeMap<String, String>, LabError> {
     if ours_needed {
         // Our algorithms need struct_ops, BTF and bpffs: fail now, not mid-run.
         Kernel::probe().map_err(LabError::Load)?;
-        kernel::check_bpffs(&kernel::bpffs_root()).map_err(LabError::Load)?;
+        kernel::ensure_bpffs(&kernel::bpffs_root()).map_err(LabError::Load)?;
     }
     Ok(map)
 }

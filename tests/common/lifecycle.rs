@@ -220,3 +220,65 @@ exit 0
         "bpf_bbr still registered after the private-namespace unload"
     );
 }
+
+/// Issue 14: pins are root's alone (directories 0700, pins 0600, owned by
+/// root) and a symbolic link planted in the pin tree is refused by every
+/// command that would follow it, with nothing changed.
+pub fn pins_are_private_and_planted_links_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _clean = Clean::new();
+    let root = pin_root();
+    let dir = root.join("bbr");
+    ccctl(&["load", "bbr"]).ok();
+    for d in [&root, &dir] {
+        let md = fs::symlink_metadata(d).expect("pin dir");
+        assert!(md.is_dir(), "{} is not a directory", d.display());
+        assert_eq!(
+            md.permissions().mode() & 0o7777,
+            0o700,
+            "mode of {}",
+            d.display()
+        );
+        assert_eq!(md.uid(), 0, "owner of {}", d.display());
+    }
+    for e in fs::read_dir(&dir).expect("pins") {
+        let md = e.expect("pin").metadata().expect("pin metadata");
+        assert_eq!(
+            md.permissions().mode() & 0o077,
+            0,
+            "a pin readable by others: {md:?}"
+        );
+    }
+    ccctl(&["unload", "bbr"]).ok();
+
+    // Plant <bpffs>/ccctl/bbr -> a directory of somebody else's.
+    let made_root = !root.exists();
+    if made_root {
+        fs::create_dir(&root).expect("creating the pin root");
+    }
+    let elsewhere = root.with_file_name(format!("ccctl-test-elsewhere-{}", std::process::id()));
+    fs::create_dir(&elsewhere).expect("creating the link target");
+    std::os::unix::fs::symlink(&elsewhere, &dir).expect("planting a symlink in bpffs");
+    let before = snapshot();
+    let refused = ["refusing to follow the symbolic link", "/ccctl/bbr"];
+    ccctl(&["load", "bbr"]).failed_with(&refused);
+    ccctl(&["unload", "bbr"]).failed_with(&refused);
+    ccctl(&["status"]).failed_with(&refused);
+    ccctl(&["tune", "bbr", "--cwnd-gain", "2.5"]).failed_with(&refused);
+    let after = snapshot();
+    let empty = fs::read_dir(&elsewhere).map(|mut d| d.next().is_none());
+    let _ = fs::remove_file(&dir);
+    let _ = fs::remove_dir(&elsewhere);
+    if made_root {
+        let _ = fs::remove_dir(&root);
+    }
+    assert_eq!(after, before, "a refused command changed something");
+    assert!(
+        matches!(empty, Ok(true)),
+        "ccctl wrote through the planted link"
+    );
+    assert!(
+        !registered("bpf_bbr"),
+        "bpf_bbr registered through a planted link"
+    );
+}

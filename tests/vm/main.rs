@@ -43,6 +43,12 @@ fn default_is_set_and_restored() {
 }
 
 #[test]
+fn pins_are_private_and_planted_links_refused() {
+    require_vm();
+    lifecycle::pins_are_private_and_planted_links_refused();
+}
+
+#[test]
 fn errors_are_clear_and_change_nothing() {
     require_vm();
     lifecycle::errors_are_clear_and_change_nothing();

@@ -39,6 +39,13 @@ pub enum Error {
     )]
     BpffsMountFailed { path: PathBuf, why: String },
 
+    #[error(
+        "refusing to follow the symbolic link {path} in ccctl's pins: ccctl makes none, \
+         and one planted there would point ccctl at somebody else's objects; remove it \
+         (`rm {path}`) and run the command again"
+    )]
+    PlantedSymlink { path: PathBuf },
+
     #[error("the kernel's verifier rejected `{algo}`:\n{log_tail}")]
     VerifierRejected { algo: String, log_tail: String },
 

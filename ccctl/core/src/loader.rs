@@ -18,6 +18,7 @@
 use std::{
     ffi::OsStr,
     fs,
+    os::unix::fs::{DirBuilderExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::Mutex,
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -110,6 +111,50 @@ fn remove_shared_if_unused() {
 /// `<bpffs>/ccctl`, the root of all our pins.
 pub fn pin_root() -> PathBuf {
     kernel::bpffs_root().join("ccctl")
+}
+
+/// Our pin tree is root's alone. Its directories are made 0700, and nothing
+/// in it may be a symbolic link (bpffs has them): one planted at
+/// `<bpffs>/ccctl/...` would make ccctl pin into, read, tune or unpin objects
+/// that are not ours. Checked by every command that uses the pins; the
+/// bpffs root itself is the administrator's.
+pub fn check_pin_tree() -> Result<()> {
+    let mut todo = vec![(pin_root(), 0)];
+    while let Some((path, depth)) = todo.pop() {
+        let md = match fs::symlink_metadata(&path) {
+            Ok(md) => md,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(format!("inspecting {}", path.display()))(e)),
+        };
+        if md.file_type().is_symlink() {
+            return Err(Error::PlantedSymlink { path });
+        }
+        // <root>/ccctl/<algorithm or shared>/<pin>: three levels.
+        if md.is_dir() && depth < 2 {
+            let entries = fs::read_dir(&path).map_err(io(format!("reading {}", path.display())))?;
+            for e in entries {
+                let e = e.map_err(io(format!("reading {}", path.display())))?;
+                todo.push((e.path(), depth + 1));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates `dir` and the pin root above it 0700 (also when an older ccctl
+/// made them 0755), refusing planted links.
+fn create_pin_dir(dir: &Path) -> Result<()> {
+    check_pin_tree()?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io(format!("creating {}", dir.display())))?;
+    for d in [pin_root().as_path(), dir] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+            .map_err(io(format!("setting mode 0700 on {}", d.display())))?;
+    }
+    check_pin_tree()
 }
 
 pub fn pin_dir(algo: &Algorithm) -> PathBuf {
@@ -237,6 +282,7 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
 /// keep a reference to the ops they started with and finish on it.
 pub fn unload(algo: &Algorithm) -> Result<UnloadOutcome> {
     kernel::check_privileges()?;
+    check_pin_tree()?;
     let dir = pin_dir(algo);
     let _signals = ccctl_sys::signals::Deferred::new();
 
@@ -288,6 +334,7 @@ fn preflight() -> Result<Kernel> {
     kernel::check_privileges()?;
     let kernel = Kernel::probe()?;
     kernel::ensure_bpffs(&kernel::bpffs_root())?;
+    check_pin_tree()?;
     Ok(kernel)
 }
 
@@ -327,7 +374,7 @@ where
     }
 
     // libbpf creates only the last path component when it pins.
-    fs::create_dir_all(shared_dir()).map_err(io(format!("creating {}", shared_dir().display())))?;
+    create_pin_dir(&shared_dir())?;
     let log = LibbpfLog::capture();
     let mut skel = match open.load() {
         Ok(skel) => skel,
@@ -361,8 +408,7 @@ where
     )))?;
 
     let mut pin = || -> Result<()> {
-        fs::create_dir_all(&plan.pin_dir)
-            .map_err(io(format!("creating {}", plan.pin_dir.display())))?;
+        create_pin_dir(&plan.pin_dir)?;
         if kernel.struct_ops_link {
             link.pin(plan.pin_dir.join(PIN_LINK))
                 .map_err(bpf("pinning the struct_ops link"))?;
@@ -524,6 +570,7 @@ pub struct LoadedStatus {
 }
 
 pub fn status() -> Result<Status> {
+    check_pin_tree()?;
     let kernel = Kernel::probe()?;
     let default = kernel::default_congestion_control()?;
     let mut loaded = Vec::new();

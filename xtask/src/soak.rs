@@ -18,6 +18,14 @@
 //!   parameter set or the new one, never a mix. Repairs it reports are
 //!   counted.
 //!
+//! - `daemon`: `ccctl daemon` for `--minutes` (30) with a flow starting
+//!   every second, SIGHUP every 10 s alternating two configs (cwnd_gain 2 and
+//!   2.5), traces rotating (2 MB, 10 s). Its resident memory and open files
+//!   are sampled every 10 s: after the first minute they may not grow beyond
+//!   16 MiB and 4 descriptors; every flow must complete, every SIGHUP be
+//!   applied, and the rotated files hold every event the trace did not
+//!   count as dropped.
+//!
 //! Objects are counted machine-wide: on the host, hold /tmp/ccctl-host.lock
 //! (the soak takes it) so that no test loads anything meanwhile.
 use std::collections::BTreeMap;
@@ -34,6 +42,7 @@ use crate::proc;
 pub enum Mode {
     Cycles,
     Kill,
+    Daemon,
 }
 
 #[derive(Debug, Args)]
@@ -46,6 +55,9 @@ pub struct SoakArgs {
     /// SIGKILL trials per command (`kill`).
     #[arg(long, default_value_t = 100)]
     pub trials: u32,
+    /// Minutes the daemon runs (`daemon`).
+    #[arg(long, default_value_t = 30.0)]
+    pub minutes: f64,
     /// The ccctl binary to soak (default: build the debug one).
     #[arg(long)]
     pub ccctl: Option<PathBuf>,
@@ -64,6 +76,7 @@ pub fn main(args: SoakArgs) -> Result<i32> {
     let failures = match args.mode {
         Mode::Cycles => cycles(&c, args.n)?,
         Mode::Kill => kill(&c, args.trials)?,
+        Mode::Daemon => daemon(&c, args.minutes)?,
     };
     if failures.is_empty() {
         println!("soak: PASS");
@@ -597,4 +610,176 @@ impl Lcg {
             .wrapping_add(1442695040888963407);
         (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// (resident KiB, open descriptors) of `pid`.
+fn footprint(pid: u32) -> Result<(u64, usize)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("VmRSS")?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    Ok((rss, fds))
+}
+
+/// Rows in the Parquet files under `dir` (pyarrow from the setup's venv).
+fn parquet_rows(dir: &Path) -> Result<u64> {
+    let script = "import sys, glob, pyarrow.parquet as pq\n\
+                  print(sum(pq.ParquetFile(f).metadata.num_rows for f in glob.glob(sys.argv[1] + '/*.parquet')))";
+    let out = Command::new(Path::new(ccctl_vm::VENV).join("bin/python"))
+        .args(["-c", script])
+        .arg(dir)
+        .output()
+        .context("running pyarrow (cargo xtask setup installs it)")?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .with_context(|| format!("counting rows: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
+    let scratch = std::env::temp_dir().join(format!("ccctl-soak-daemon-{}", std::process::id()));
+    let traces = scratch.join("traces");
+    std::fs::create_dir_all(&traces)?;
+    let cfg_path = scratch.join("daemon.toml");
+    let config = |gain: f64| {
+        format!(
+            "[[algorithms]]\nname = \"bbr\"\nparams = {{ cwnd_gain = {gain:.1} }}\n\
+             [trace]\nout_dir = \"{}\"\nrotate_size = \"2MB\"\nrotate_time = \"10s\"\n",
+            traces.display()
+        )
+    };
+    std::fs::write(&cfg_path, config(2.0))?;
+    let ns = FlowNs::new()?;
+    let cfg_arg = cfg_path.to_string_lossy().into_owned();
+    let mut daemon = c
+        .cmd(&["daemon", "--config", &cfg_arg])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting ccctl daemon")?;
+    let pid = daemon.id();
+    let started = Instant::now();
+    let total = Duration::from_secs_f64(minutes * 60.0);
+    let mut failures = Vec::new();
+    let (mut flows, mut flows_ok, mut hups) = (0u32, 0u32, 0u32);
+    let mut samples: Vec<(f64, u64, usize)> = Vec::new();
+    let mut clients: Vec<std::process::Child> = Vec::new();
+    let mut next_hup = Duration::from_secs(10);
+    std::thread::sleep(Duration::from_secs(2));
+    while started.elapsed() < total {
+        proc::bail_if_interrupted()?;
+        if daemon.try_wait()?.is_some() {
+            failures.push("the daemon exited by itself".into());
+            break;
+        }
+        clients.push(ns.client("bpf_bbr", 0.5)?);
+        flows += 1;
+        // Reap finished clients.
+        let mut still = Vec::new();
+        for mut cl in clients.drain(..) {
+            match cl.try_wait()? {
+                Some(_) => {
+                    let out = cl.wait_with_output()?;
+                    if out.status.success() && iperf_received(&out.stdout).is_some_and(|b| b > 0.0)
+                    {
+                        flows_ok += 1;
+                    }
+                }
+                None => still.push(cl),
+            }
+        }
+        clients = still;
+        if started.elapsed() >= next_hup {
+            hups += 1;
+            std::fs::write(&cfg_path, config(if hups % 2 == 1 { 2.5 } else { 2.0 }))?;
+            rustix::process::kill_process(
+                rustix::process::Pid::from_raw(pid as i32).context("daemon pid")?,
+                rustix::process::Signal::HUP,
+            )?;
+            let (rss, fds) = footprint(pid)?;
+            samples.push((started.elapsed().as_secs_f64(), rss, fds));
+            next_hup += Duration::from_secs(10);
+            // The SIGHUP is applied: the map shows the new gain within 2 s.
+            let want = if hups % 2 == 1 { "2.5" } else { "2.0" };
+            let applied = (0..20).any(|_| {
+                std::thread::sleep(Duration::from_millis(100));
+                params_of(c, "bbr")
+                    .is_ok_and(|p| p.get("cwnd_gain").map(String::as_str) == Some(want))
+            });
+            if !applied {
+                failures.push(format!(
+                    "SIGHUP {hups} (cwnd_gain {want}) not applied within 2 s"
+                ));
+            }
+            if hups % 6 == 0 {
+                eprintln!(
+                    "soak daemon: {:.0} s, rss {} KiB, {} fds, {flows_ok}/{flows} flows",
+                    started.elapsed().as_secs_f64(),
+                    rss,
+                    fds
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    for cl in clients {
+        let out = cl.wait_with_output()?;
+        if out.status.success() && iperf_received(&out.stdout).is_some_and(|b| b > 0.0) {
+            flows_ok += 1;
+        }
+    }
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).context("daemon pid")?,
+        rustix::process::Signal::TERM,
+    )?;
+    let out = daemon.wait_with_output()?;
+    drop(ns);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        failures.push(format!(
+            "the daemon's exit after SIGTERM: {:?}\n{log}",
+            out.status
+        ));
+    }
+    let files = std::fs::read_dir(&traces)?.count();
+    let rows = parquet_rows(&traces)?;
+    // Growth after the first minute (allocator warm-up, first rotation).
+    let settled: Vec<&(f64, u64, usize)> = samples.iter().filter(|s| s.0 >= 60.0).collect();
+    if let (Some(first), Some(max_rss), Some(max_fds)) = (
+        settled.first(),
+        settled.iter().map(|s| s.1).max(),
+        settled.iter().map(|s| s.2).max(),
+    ) {
+        println!(
+            "soak daemon: {:.1} min, {flows_ok}/{flows} flows, {hups} SIGHUPs, {files} trace files, {rows} events; \
+             rss {} -> max {} KiB, fds {} -> max {}",
+            minutes, first.1, max_rss, first.2, max_fds
+        );
+        if max_rss > first.1 + 16 * 1024 {
+            failures.push(format!(
+                "resident memory grew from {} to {max_rss} KiB",
+                first.1
+            ));
+        }
+        if max_fds > first.2 + 4 {
+            failures.push(format!("open files grew from {} to {max_fds}", first.2));
+        }
+    } else {
+        println!("soak daemon: {minutes:.1} min is too short to judge growth (samples after the first minute)");
+    }
+    if flows_ok != flows {
+        failures.push(format!(
+            "{} of {flows} flows did not complete",
+            flows - flows_ok
+        ));
+    }
+    if rows == 0 {
+        failures.push("no traced events in the rotated files".into());
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(failures)
 }

@@ -165,3 +165,120 @@ pub fn errors_are_clear_and_change_nothing() {
     assert_eq!(snapshot(), before);
     let _ = fs::remove_dir_all(dir);
 }
+
+/// A minimal system (a virtme-ng VM) boots without bpffs: `ccctl load`
+/// mounts it at /sys/fs/bpf itself (mode 0700, as bpftool does), says so on
+/// stderr, pins there, and `unload` leaves nothing. Run in a private mount
+/// namespace so the rest of the machine keeps its own bpffs.
+pub fn load_mounts_a_missing_bpffs() {
+    let _clean = Clean::new();
+    assert!(!registered("bpf_bbr"), "bpf_bbr registered before the test");
+    let script = r#"
+bin=$1
+# Whatever happens below, take our registration away (6.1: it outlives us).
+trap '"$bin" unload --all >/dev/null 2>&1' EXIT
+mounted() { grep -q ' /sys/fs/bpf bpf ' /proc/self/mounts; }
+while mounted; do umount /sys/fs/bpf || exit 90; done
+"$bin" load bbr || exit 91
+mounted || exit 92
+echo "mode $(stat -c %a /sys/fs/bpf)"
+test -d /sys/fs/bpf/ccctl/bbr || exit 93
+"$bin" unload bbr || exit 94
+test -e /sys/fs/bpf/ccctl && exit 95
+exit 0
+"#;
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(ccctl_bin())
+        .output()
+        .expect("running unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "exit {:?} (90 umount, 91 load refused, 92 not mounted after load, 93 no pins, \
+         94 unload, 95 pins left)\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status.code()
+    );
+    assert!(
+        stderr.contains("bpffs was not mounted: mounted it at /sys/fs/bpf"),
+        "load did not say it mounted bpffs:\n{stderr}"
+    );
+    // bpffs keeps the sticky bit on its root; a default mount would be 1777.
+    assert!(stdout.contains("mode 1700"), "bpffs mode: {stdout}");
+    assert!(
+        !registered("bpf_bbr"),
+        "bpf_bbr still registered after the private-namespace unload"
+    );
+}
+
+/// Issue 14: pins are root's alone (directories 0700, pins 0600, owned by
+/// root) and a symbolic link planted in the pin tree is refused by every
+/// command that would follow it, with nothing changed.
+pub fn pins_are_private_and_planted_links_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _clean = Clean::new();
+    let root = pin_root();
+    let dir = root.join("bbr");
+    ccctl(&["load", "bbr"]).ok();
+    for d in [&root, &dir] {
+        let md = fs::symlink_metadata(d).expect("pin dir");
+        assert!(md.is_dir(), "{} is not a directory", d.display());
+        assert_eq!(
+            md.permissions().mode() & 0o7777,
+            0o700,
+            "mode of {}",
+            d.display()
+        );
+        assert_eq!(md.uid(), 0, "owner of {}", d.display());
+    }
+    for e in fs::read_dir(&dir).expect("pins") {
+        let md = e.expect("pin").metadata().expect("pin metadata");
+        assert_eq!(
+            md.permissions().mode() & 0o077,
+            0,
+            "a pin readable by others: {md:?}"
+        );
+    }
+    ccctl(&["unload", "bbr"]).ok();
+
+    // Plant <bpffs>/ccctl/bbr -> a directory of somebody else's.
+    let made_root = !root.exists();
+    if made_root {
+        fs::create_dir(&root).expect("creating the pin root");
+    }
+    let elsewhere = root.with_file_name(format!("ccctl-test-elsewhere-{}", std::process::id()));
+    fs::create_dir(&elsewhere).expect("creating the link target");
+    std::os::unix::fs::symlink(&elsewhere, &dir).expect("planting a symlink in bpffs");
+    let before = snapshot();
+    let refused = ["refusing to follow the symbolic link", "/ccctl/bbr"];
+    ccctl(&["load", "bbr"]).failed_with(&refused);
+    ccctl(&["unload", "bbr"]).failed_with(&refused);
+    ccctl(&["status"]).failed_with(&refused);
+    ccctl(&["tune", "bbr", "--cwnd-gain", "2.5"]).failed_with(&refused);
+    let after = snapshot();
+    let empty = fs::read_dir(&elsewhere).map(|mut d| d.next().is_none());
+    let _ = fs::remove_file(&dir);
+    let _ = fs::remove_dir(&elsewhere);
+    if made_root {
+        let _ = fs::remove_dir(&root);
+    }
+    assert_eq!(after, before, "a refused command changed something");
+    assert!(
+        matches!(empty, Ok(true)),
+        "ccctl wrote through the planted link"
+    );
+    assert!(
+        !registered("bpf_bbr"),
+        "bpf_bbr registered through a planted link"
+    );
+}

@@ -22,6 +22,16 @@ fn default_is_set_and_restored() {
 }
 
 #[test]
+fn pins_are_private_and_planted_links_refused() {
+    lifecycle::pins_are_private_and_planted_links_refused();
+}
+
+#[test]
+fn bad_inputs_are_refused_by_name_and_change_nothing() {
+    common::catalogue::bad_inputs_are_refused_by_name_and_change_nothing();
+}
+
+#[test]
 fn errors_are_clear_and_change_nothing() {
     lifecycle::errors_are_clear_and_change_nothing();
 }

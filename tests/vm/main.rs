@@ -43,9 +43,21 @@ fn default_is_set_and_restored() {
 }
 
 #[test]
+fn pins_are_private_and_planted_links_refused() {
+    require_vm();
+    lifecycle::pins_are_private_and_planted_links_refused();
+}
+
+#[test]
 fn errors_are_clear_and_change_nothing() {
     require_vm();
     lifecycle::errors_are_clear_and_change_nothing();
+}
+
+#[test]
+fn load_mounts_a_missing_bpffs() {
+    require_vm();
+    lifecycle::load_mounts_a_missing_bpffs();
 }
 
 /// Unload while a flow runs, on the 6.1 path (map registration deleted).

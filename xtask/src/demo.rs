@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::{proc, setup};
 
@@ -21,7 +21,6 @@ pub fn main() -> Result<i32> {
     let ccctl = proc::cargo_build_json(&["build", "-p", "ccctl", "--bins"], |name, kinds, _| {
         name == "ccctl" && kinds.iter().any(|k| k == "bin")
     })?;
-    ensure_bpffs()?;
     let root = proc::workspace_root();
     run(&ccctl, &["list"], &root)?;
     run(&ccctl, &["lab", "check", SCENARIO], &root)?;
@@ -36,13 +35,4 @@ pub fn main() -> Result<i32> {
 fn run(ccctl: &Path, args: &[&str], dir: &Path) -> Result<()> {
     println!("demo: $ ccctl {}", args.join(" "));
     proc::run(Command::new(ccctl).args(args).current_dir(dir))
-}
-
-fn ensure_bpffs() -> Result<()> {
-    let mounts = std::fs::read_to_string("/proc/mounts").context("cannot read /proc/mounts")?;
-    if mounts.lines().any(|l| l.contains(" /sys/fs/bpf bpf ")) {
-        return Ok(());
-    }
-    eprintln!("demo: mounting bpffs at /sys/fs/bpf");
-    proc::run(Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]))
 }

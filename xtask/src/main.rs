@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod proc;
 mod setup;
+mod soak;
 mod test;
 mod vm;
 
@@ -38,6 +39,8 @@ enum Cmd {
     Demo,
     /// Benchmarks (release build): datapath and tracing cost against native bbr, trace consumer rate
     Bench(bench::BenchArgs),
+    /// Abuse, bounded: load/unload cycles with live flows; SIGKILL at random points of every command
+    Soak(soak::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Cmd::Test(args) => test::main(args),
         Cmd::Demo => demo::main(),
         Cmd::Bench(args) => bench::main(args),
+        Cmd::Soak(args) => soak::main(args),
     };
     let code = match res {
         Ok(code) => code,

@@ -202,11 +202,11 @@ fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    if matches!(
+    if !matches!(
         cli.command,
-        Command::Load(_) | Command::Unload(_) | Command::Tune(_) | Command::Status(_)
+        Command::Completions(_) | Command::Man | Command::TraceBench(_)
     ) {
-        switch_off_orphaned_tracing();
+        repair_state();
     }
     match cli.command {
         Command::Load(args) => load(args),
@@ -247,16 +247,37 @@ fn fault_inject_from_env() -> Result<u32> {
     }
 }
 
-/// A tracer killed with SIGKILL leaves tracing switched on, and the
-/// algorithms keep filling a ring buffer nobody reads; the next command
-/// that manages algorithms switches it off and says so.
-fn switch_off_orphaned_tracing() {
+/// Before any command that touches algorithms: put right what a ccctl
+/// killed midway (SIGKILL, a crash) left behind, and say what was fixed.
+/// - half-done loads and unloads: pins without a registration, or a
+///   registration with incomplete pins ([`loader::repair`]);
+/// - tracing left switched on by a dead tracer (the algorithms would keep
+///   filling a ring buffer nobody reads);
+/// - algorithms a dead `lab run` loaded, and its namespaces.
+///
+/// Without root nothing can be repaired; the command itself then says why
+/// it cannot run.
+fn repair_state() {
+    let mut fixed: Vec<String> = Vec::new();
+    match loader::repair() {
+        Ok(r) => fixed.extend(r.into_iter().map(|r| r.what)),
+        Err(e) => tracing::debug!("checking for half-done loads: {e}"),
+    }
     match ccctl_core::trace::switch_off_orphaned() {
-        Ok(Some(pid)) => tracing::warn!(
-            "tracing was left on by a trace session (pid {pid}) that is gone; switched it off"
-        ),
+        Ok(Some(pid)) => fixed.push(format!(
+            "switched tracing off: a trace session (pid {pid}) that is gone left it on"
+        )),
         Ok(None) => {}
         Err(e) => tracing::debug!("checking for tracing left on: {e}"),
+    }
+    fixed.extend(ccctl_lab::algorithms::reap_stale());
+    fixed.extend(
+        ccctl_lab::testbed::sweep_stale()
+            .into_iter()
+            .map(|ns| format!("removed network namespace {ns}, left by a lab run that is gone")),
+    );
+    for what in fixed {
+        eprintln!("ccctl: repaired: {what}");
     }
 }
 

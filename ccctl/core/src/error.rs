@@ -33,6 +33,19 @@ pub enum Error {
     )]
     BpffsNotMounted { path: PathBuf },
 
+    #[error(
+        "bpffs is not mounted at {path} and mounting it failed: {why}; mount it with \
+         `mount -t bpf bpf {path}` (or set CCCTL_BPFFS to where it is mounted)"
+    )]
+    BpffsMountFailed { path: PathBuf, why: String },
+
+    #[error(
+        "refusing to follow the symbolic link {path} in ccctl's pins: ccctl makes none, \
+         and one planted there would point ccctl at somebody else's objects; remove it \
+         (`rm {path}`) and run the command again"
+    )]
+    PlantedSymlink { path: PathBuf },
+
     #[error("the kernel's verifier rejected `{algo}`:\n{log_tail}")]
     VerifierRejected { algo: String, log_tail: String },
 

@@ -176,17 +176,68 @@ fn effective_caps() -> u64 {
     rustix::thread::capabilities(None).map_or(0, |c| c.effective.bits())
 }
 
-/// bpffs must be mounted at `root` for pins to outlive the process.
-pub fn check_bpffs(root: &Path) -> Result<()> {
-    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+/// bpffs' statfs(2) magic number.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Where a stock system mounts bpffs, and the only place we mount it ourselves.
+pub const BPFFS_DEFAULT: &str = "/sys/fs/bpf";
+
+fn is_bpffs(root: &Path) -> bool {
     // f_type is i64 on x86_64 but narrower on other architectures.
     #[allow(clippy::unnecessary_cast)]
-    match rustix::fs::statfs(root) {
-        Ok(st) if st.f_type as i64 == BPF_FS_MAGIC => Ok(()),
-        _ => Err(Error::BpffsNotMounted {
+    rustix::fs::statfs(root).is_ok_and(|st| st.f_type as i64 == BPF_FS_MAGIC)
+}
+
+/// bpffs must be mounted at `root` for pins to outlive the process.
+pub fn check_bpffs(root: &Path) -> Result<()> {
+    if is_bpffs(root) {
+        Ok(())
+    } else {
+        Err(Error::BpffsNotMounted {
             path: root.to_path_buf(),
-        }),
+        })
     }
+}
+
+/// Makes sure bpffs is mounted at `root`, mounting it at the standard place
+/// (/sys/fs/bpf) when it is not, as bpftool does: a minimal system (a
+/// virtme-ng VM, a container host) boots without it. Returns whether we
+/// mounted it. A `root` chosen by `CCCTL_BPFFS` is never mounted over: the
+/// user said bpffs *is* there, so its absence is an error to report.
+pub fn ensure_bpffs(root: &Path) -> Result<bool> {
+    if is_bpffs(root) {
+        return Ok(false);
+    }
+    if root != Path::new(BPFFS_DEFAULT) {
+        return check_bpffs(root).map(|()| false);
+    }
+    let refused = |why: String| Error::BpffsMountFailed {
+        path: root.to_path_buf(),
+        why,
+    };
+    if !root.is_dir() {
+        return Err(refused(format!("{} is not a directory", root.display())));
+    }
+    // mode=0700: pins are root's alone (bpftool mounts with the same mode).
+    rustix::mount::mount(
+        "bpf",
+        root,
+        "bpf",
+        rustix::mount::MountFlags::empty(),
+        c"mode=0700",
+    )
+    .map_err(|e| refused(std::io::Error::from(e).to_string()))?;
+    if !is_bpffs(root) {
+        return Err(refused(
+            "the mount succeeded but statfs does not see bpffs".into(),
+        ));
+    }
+    tracing::warn!(
+        "bpffs was not mounted: mounted it at {} (mount -t bpf bpf {} -o mode=0700)",
+        root.display(),
+        root.display()
+    );
+    Ok(true)
 }
 
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";

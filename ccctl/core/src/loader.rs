@@ -18,6 +18,7 @@
 use std::{
     ffi::OsStr,
     fs,
+    os::unix::fs::{DirBuilderExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::Mutex,
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -112,6 +113,50 @@ pub fn pin_root() -> PathBuf {
     kernel::bpffs_root().join("ccctl")
 }
 
+/// Our pin tree is root's alone. Its directories are made 0700, and nothing
+/// in it may be a symbolic link (bpffs has them): one planted at
+/// `<bpffs>/ccctl/...` would make ccctl pin into, read, tune or unpin objects
+/// that are not ours. Checked by every command that uses the pins; the
+/// bpffs root itself is the administrator's.
+pub fn check_pin_tree() -> Result<()> {
+    let mut todo = vec![(pin_root(), 0)];
+    while let Some((path, depth)) = todo.pop() {
+        let md = match fs::symlink_metadata(&path) {
+            Ok(md) => md,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(format!("inspecting {}", path.display()))(e)),
+        };
+        if md.file_type().is_symlink() {
+            return Err(Error::PlantedSymlink { path });
+        }
+        // <root>/ccctl/<algorithm or shared>/<pin>: three levels.
+        if md.is_dir() && depth < 2 {
+            let entries = fs::read_dir(&path).map_err(io(format!("reading {}", path.display())))?;
+            for e in entries {
+                let e = e.map_err(io(format!("reading {}", path.display())))?;
+                todo.push((e.path(), depth + 1));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates `dir` and the pin root above it 0700 (also when an older ccctl
+/// made them 0755), refusing planted links.
+fn create_pin_dir(dir: &Path) -> Result<()> {
+    check_pin_tree()?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io(format!("creating {}", dir.display())))?;
+    for d in [pin_root().as_path(), dir] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+            .map_err(io(format!("setting mode 0700 on {}", d.display())))?;
+    }
+    check_pin_tree()
+}
+
 pub fn pin_dir(algo: &Algorithm) -> PathBuf {
     pin_root().join(algo.name)
 }
@@ -166,6 +211,7 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
     let kernel = preflight()?;
     let dir = pin_dir(algo);
     let _signals = ccctl_sys::signals::Deferred::new();
+    let _lock = loader_lock()?;
 
     if kernel::is_registered(algo.kernel_name)? {
         if !has_registration_pin(&dir) {
@@ -181,12 +227,14 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
         }
         let mut made_default = false;
         if opts.set_default && kernel::default_congestion_control()? != algo.kernel_name {
+            // Recorded before the switch: killed in between, unload still
+            // knows what to restore (and restores nothing if nothing changed).
             let mut meta = read_meta(&dir)?;
             let previous = kernel::default_congestion_control()?;
-            kernel::set_default_congestion_control(algo.kernel_name)?;
             meta.set_default = 1;
             meta.prev_default_cc = name_to_c(&previous);
             write_meta(&dir, &meta)?;
+            kernel::set_default_congestion_control(algo.kernel_name)?;
             made_default = true;
         }
         return Ok(LoadOutcome::AlreadyLoaded { made_default });
@@ -210,11 +258,11 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
     if opts.set_default {
         let result = (|| {
             let previous = kernel::default_congestion_control()?;
-            kernel::set_default_congestion_control(algo.kernel_name)?;
             let mut meta = read_meta(&dir)?;
             meta.set_default = 1;
             meta.prev_default_cc = name_to_c(&previous);
             write_meta(&dir, &meta)?;
+            kernel::set_default_congestion_control(algo.kernel_name)?;
             Ok(previous)
         })();
         match result {
@@ -237,8 +285,10 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
 /// keep a reference to the ops they started with and finish on it.
 pub fn unload(algo: &Algorithm) -> Result<UnloadOutcome> {
     kernel::check_privileges()?;
+    check_pin_tree()?;
     let dir = pin_dir(algo);
     let _signals = ccctl_sys::signals::Deferred::new();
+    let _lock = loader_lock()?;
 
     if !dir.exists() {
         if kernel::is_registered(algo.kernel_name)? {
@@ -283,11 +333,90 @@ pub fn unload_all() -> Result<Vec<(&'static str, UnloadOutcome)>> {
     Ok(out)
 }
 
+/// Serializes loads, unloads and [`repair`] across processes, so that a
+/// repair never mistakes a load in progress for a crashed one. Held for the
+/// length of one load or unload; released by the kernel if we die.
+const LOADER_LOCK: &str = "/run/ccctl/loader.lock";
+
+fn loader_lock() -> Result<ccctl_sys::lock::PidLock> {
+    ccctl_sys::lock::PidLock::acquire(Path::new(LOADER_LOCK), ccctl_sys::lock::Wait::Yes).map_err(
+        |e| Error::Io {
+            what: format!("locking {LOADER_LOCK}"),
+            source: std::io::Error::other(e.to_string()),
+        },
+    )
+}
+
+/// One thing [`repair`] found and fixed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    pub algo: &'static str,
+    pub what: String,
+}
+
+/// Brings the pins and the kernel back to a consistent state after a ccctl
+/// that was killed (SIGKILL, power loss) midway: afterwards, every algorithm
+/// that has pins is registered and usable through them, and every one that
+/// is not has no pins. Run by every command that touches algorithms, before
+/// it does anything else; returns what it fixed, for the user to see.
+///
+/// - Pins without a registration (killed during load before registering,
+///   or during unload after unregistering): removed.
+/// - A registration whose pins are incomplete (no meta or params map):
+///   unregistered through its pin and removed; it was never usable.
+/// - A registration of one of our kernel names without any pins is left
+///   alone and reported by `load`: ccctl's load order cannot leave one
+///   (everything is pinned before registering), so it is not ours.
+pub fn repair() -> Result<Vec<Repair>> {
+    let root = pin_root();
+    if !root.exists() {
+        return Ok(Vec::new());
+    }
+    check_pin_tree()?;
+    let _lock = loader_lock()?;
+    let mut fixed = Vec::new();
+    for algo in algos::ALGORITHMS {
+        let dir = pin_dir(algo);
+        if !dir.exists() {
+            continue;
+        }
+        let registered = kernel::is_registered(algo.kernel_name)?;
+        let complete = has_registration_pin(&dir)
+            && dir.join(MAP_META).exists()
+            && dir.join(MAP_PARAMS).exists();
+        if !registered {
+            remove_pins(&dir)?;
+            fixed.push(Repair {
+                algo: algo.name,
+                what: format!(
+                    "removed the pins of {} in {}: not registered with the kernel (a ccctl killed during load or unload)",
+                    algo.name,
+                    dir.display()
+                ),
+            });
+        } else if !complete && has_registration_pin(&dir) {
+            unregister(&dir)?;
+            wait_unregistered(algo.kernel_name)?;
+            fixed.push(Repair {
+                algo: algo.name,
+                what: format!(
+                    "unloaded {}: its pins in {} were incomplete (a ccctl killed during load)",
+                    algo.name,
+                    dir.display()
+                ),
+            });
+        }
+    }
+    remove_shared_if_unused();
+    Ok(fixed)
+}
+
 /// Checks every load makes before touching anything.
 fn preflight() -> Result<Kernel> {
     kernel::check_privileges()?;
     let kernel = Kernel::probe()?;
-    kernel::check_bpffs(&kernel::bpffs_root())?;
+    kernel::ensure_bpffs(&kernel::bpffs_root())?;
+    check_pin_tree()?;
     Ok(kernel)
 }
 
@@ -327,7 +456,7 @@ where
     }
 
     // libbpf creates only the last path component when it pins.
-    fs::create_dir_all(shared_dir()).map_err(io(format!("creating {}", shared_dir().display())))?;
+    create_pin_dir(&shared_dir())?;
     let log = LibbpfLog::capture();
     let mut skel = match open.load() {
         Ok(skel) => skel,
@@ -353,40 +482,18 @@ where
     maps[params_idx]
         .update(&0u32.to_ne_bytes(), plan.params.as_bytes(), MapFlags::ANY)
         .map_err(bpf("writing the initial parameters"))?;
-    // Registration happens here; until `disconnect` below, dropping `link`
-    // unregisters again, so every early return leaves the kernel as it was.
-    let mut link = maps[ops_idx].attach_struct_ops().map_err(bpf(format!(
-        "registering {} with the kernel",
-        plan.algo.kernel_name
-    )))?;
-
-    let mut pin = || -> Result<()> {
-        fs::create_dir_all(&plan.pin_dir)
-            .map_err(io(format!("creating {}", plan.pin_dir.display())))?;
-        if kernel.struct_ops_link {
-            link.pin(plan.pin_dir.join(PIN_LINK))
-                .map_err(bpf("pinning the struct_ops link"))?;
-        } else {
-            maps[ops_idx]
-                .pin(plan.pin_dir.join(MAP_OPS))
-                .map_err(bpf("pinning the struct_ops map"))?;
-        }
-        let meta_idx = maps
-            .iter()
-            .position(|m| m.name() == OsStr::new(MAP_META))
-            .ok_or_else(|| missing_map(MAP_META))?;
-        maps[meta_idx]
-            .pin(plan.pin_dir.join(MAP_META))
-            .map_err(bpf("pinning the meta map"))?;
-        maps[params_idx]
-            .pin(plan.pin_dir.join(MAP_PARAMS))
-            .map_err(bpf("pinning the params map"))?;
-        Ok(())
-    };
-    if let Err(e) = pin() {
-        let _ = remove_pins(&plan.pin_dir);
-        return Err(e); // `link` drops here and unregisters
-    }
+    // Crash safety: everything but the link is pinned *before* the
+    // registration, so a ccctl killed at any point (SIGKILL: no cleanup runs)
+    // leaves either pins without a registration, which the next command
+    // removes ([`repair`]), or a complete, usable set. Before 6.4 the
+    // registration is the struct_ops map itself and would outlive the process
+    // unpinned and unfindable; pinned first, it can always be taken back.
+    // From 6.4 the registration is a link that dies with the process until
+    // it is pinned.
+    let meta_idx = maps
+        .iter()
+        .position(|m| m.name() == OsStr::new(MAP_META))
+        .ok_or_else(|| missing_map(MAP_META))?;
     let meta = abi::ccctl_meta {
         loaded_at_unix_ns: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -396,9 +503,45 @@ where
         kernel_features: kernel.features(),
         ..Default::default()
     };
-    if let Err(e) = write_meta(&plan.pin_dir, &meta) {
+    maps[meta_idx]
+        .update(&0u32.to_ne_bytes(), meta.as_bytes(), MapFlags::ANY)
+        .map_err(bpf("writing the meta map"))?;
+    let mut pin_maps = || -> Result<()> {
+        create_pin_dir(&plan.pin_dir)?;
+        maps[meta_idx]
+            .pin(plan.pin_dir.join(MAP_META))
+            .map_err(bpf("pinning the meta map"))?;
+        maps[params_idx]
+            .pin(plan.pin_dir.join(MAP_PARAMS))
+            .map_err(bpf("pinning the params map"))?;
+        if !kernel.struct_ops_link {
+            maps[ops_idx]
+                .pin(plan.pin_dir.join(MAP_OPS))
+                .map_err(bpf("pinning the struct_ops map"))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = pin_maps() {
         let _ = remove_pins(&plan.pin_dir);
         return Err(e);
+    }
+    // Registration happens here; until `disconnect` below, dropping `link`
+    // unregisters again, so every early return leaves the kernel as it was.
+    let mut link = match maps[ops_idx].attach_struct_ops() {
+        Ok(link) => link,
+        Err(e) => {
+            let _ = remove_pins(&plan.pin_dir);
+            return Err(bpf(format!(
+                "registering {} with the kernel",
+                plan.algo.kernel_name
+            ))(e));
+        }
+    };
+    if kernel.struct_ops_link {
+        if let Err(e) = link.pin(plan.pin_dir.join(PIN_LINK)) {
+            let _ = remove_pins(&plan.pin_dir);
+            return Err(bpf("pinning the struct_ops link")(e)); // `link` drops: unregistered
+        }
     }
     link.disconnect();
     Ok(Attached { abi: kernel.abi() })
@@ -524,6 +667,7 @@ pub struct LoadedStatus {
 }
 
 pub fn status() -> Result<Status> {
+    check_pin_tree()?;
     let kernel = Kernel::probe()?;
     let default = kernel::default_congestion_control()?;
     let mut loaded = Vec::new();

@@ -485,6 +485,7 @@ pub fn view(algo: &Algorithm) -> Result<SetView> {
 
 /// The map of a loaded algorithm, or `NotLoaded`.
 fn read_loaded(algo: &Algorithm) -> Result<abi::ccctl_params> {
+    loader::check_pin_tree()?;
     let dir = loader::pin_dir(algo);
     if !has_params(&dir) {
         return Err(Error::NotLoaded {

@@ -34,7 +34,11 @@ pub struct Rate(pub f64);
 
 impl Rate {
     const EXPECTED: &'static str =
-        "a positive number with a unit: bit, kbit, mbit or gbit (per second), e.g. `30mbit`";
+        "a positive number with a unit: bit, kbit, mbit or gbit (per second), at most 1000gbit, e.g. `30mbit`";
+
+    /// 1 Tbit/s: above any link a namespace testbed or a host NIC carries;
+    /// larger values are typos, and 1e308gbit would overflow to infinity.
+    const MAX_BPS: f64 = 1e12;
 
     pub fn parse(s: &str) -> Result<Rate, ParseError> {
         let err = || ParseError {
@@ -52,7 +56,9 @@ impl Rate {
             _ => return Err(err()),
         };
         let bps = v * mult;
-        (bps > 0.0).then_some(Rate(bps)).ok_or_else(err)
+        (bps > 0.0 && bps <= Self::MAX_BPS)
+            .then_some(Rate(bps))
+            .ok_or_else(err)
     }
 
     pub fn bps(self) -> u64 {
@@ -147,7 +153,7 @@ pub enum Buffer {
 
 impl Buffer {
     const EXPECTED: &'static str =
-        "a positive number with a unit: pkt (full-size packets), B, kB, MB (bytes) or bdp, e.g. `100pkt` or `0.5bdp`";
+        "a positive number with a unit: pkt (full-size packets, at most 1e9), B, kB, MB (bytes, at most 1e12) or bdp (at most 10000), e.g. `100pkt` or `0.5bdp`";
 
     pub fn parse(s: &str) -> Result<Buffer, ParseError> {
         let err = || ParseError {
@@ -159,14 +165,22 @@ impl Buffer {
         if v <= 0.0 {
             return Err(err());
         }
-        Ok(match unit {
+        // Bounds far above any real queue; past them a value is a typo (and
+        // the byte count of a huge buffer would overflow the qdisc's u32).
+        let b = match unit {
             "pkt" | "pkts" | "p" | "packets" => Buffer::Packets(v),
             "B" | "b" | "bytes" => Buffer::Bytes(v),
             "kB" | "KB" | "kb" => Buffer::Bytes(v * 1e3),
             "MB" | "mb" => Buffer::Bytes(v * 1e6),
             "bdp" | "BDP" => Buffer::Bdp(v),
             _ => return Err(err()),
-        })
+        };
+        let in_range = match b {
+            Buffer::Packets(p) => p <= 1e9,
+            Buffer::Bytes(b) => b <= 1e12,
+            Buffer::Bdp(x) => x <= 1e4,
+        };
+        in_range.then_some(b).ok_or_else(err)
     }
 
     /// Bytes as the bottleneck qdisc counts them (`frame` = MTU + Ethernet

@@ -109,7 +109,7 @@ pub fn check(sc: &Scenario) -> Result<BTreeMap<String, String>, LabError> {
     if ours_needed {
         // Our algorithms need struct_ops, BTF and bpffs: fail now, not mid-run.
         Kernel::probe().map_err(LabError::Load)?;
-        kernel::check_bpffs(&kernel::bpffs_root()).map_err(LabError::Load)?;
+        kernel::ensure_bpffs(&kernel::bpffs_root()).map_err(LabError::Load)?;
     }
     Ok(map)
 }
@@ -136,10 +136,12 @@ fn pid_alive(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Unloads what dead lab processes had loaded for their runs.
-fn reap_stale() {
+/// Unloads what dead lab processes had loaded for their runs; returns what
+/// it did, one line each.
+pub fn reap_stale() -> Vec<String> {
+    let mut done = Vec::new();
     let Ok(rd) = std::fs::read_dir(MARKER_DIR) else {
-        return;
+        return done;
     };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -154,11 +156,9 @@ fn reap_stale() {
         }
         if let Ok(a) = algos::find(algo) {
             match loader::unload(a) {
-                Ok(_) => tracing::info!(
-                    algo,
-                    pid,
-                    "unloaded what a crashed lab run (pid {pid}) had loaded"
-                ),
+                Ok(_) => done.push(format!(
+                    "unloaded {algo}, which a lab run (pid {pid}) that is gone had loaded"
+                )),
                 Err(err) => {
                     tracing::warn!(algo, error = %err, "could not unload after a crashed lab run")
                 }
@@ -166,6 +166,7 @@ fn reap_stale() {
         }
         let _ = std::fs::remove_file(e.path());
     }
+    done
 }
 
 fn marker(a: &Algorithm) -> std::path::PathBuf {
@@ -182,7 +183,9 @@ impl Loaded {
     /// Loads every one of ours the scenario names that is not loaded yet
     /// (after unloading what crashed lab runs left behind).
     pub fn ensure(sc: &Scenario) -> Result<Loaded, LabError> {
-        reap_stale();
+        for what in reap_stale() {
+            tracing::info!("{what}");
+        }
         let mut loaded = Loaded::default();
         for name in sc.algorithms() {
             if let Source::Ours(a) = resolve(&name) {

@@ -31,7 +31,7 @@ pub mod trace_files;
 /// The test VM (ccctl-vm), where the lab runs when this kernel has no netem.
 pub use ccctl_vm as vm;
 
-pub(crate) mod algorithms;
+pub mod algorithms;
 pub mod analyze;
 pub mod exec;
 /// Ctrl-C for the lab: SIGINT, SIGTERM and SIGHUP are recorded; the lab notices

@@ -556,6 +556,42 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
+/// `rate, RTT, buffer` of a summary row's link, each part only if asked.
+fn describe_link(r: &SummaryRow, rate: bool, rtt: bool, buffer: bool) -> String {
+    let mut parts = Vec::new();
+    if rate {
+        parts.push(format!("{} Mbit/s", fmt_num(r.rate_bps / 1e6)));
+    }
+    if rtt {
+        parts.push(format!("{} ms", fmt_num(r.rtt_ms)));
+    }
+    if buffer {
+        parts.push(format!("{} buffer", r.buffer));
+    }
+    parts.join(", ")
+}
+
+fn fmt_num(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Names a row's link by the parts (rate, RTT, buffer) that differ between
+/// the links of `rows`; None when they all share one link.
+fn link_labeller(rows: &[&SummaryRow]) -> impl Fn(&SummaryRow) -> Option<String> {
+    let differs = |f: &dyn Fn(&SummaryRow) -> String| {
+        rows.iter()
+            .map(|r| f(r))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1
+    };
+    let rate = differs(&|r| r.rate_bps.to_string());
+    let rtt = differs(&|r| r.rtt_ms.to_string());
+    let buffer = differs(&|r| r.buffer.clone());
+    move |r| (rate || rtt || buffer).then(|| describe_link(r, rate, rtt, buffer))
+}
+
 /// Plots: per main run, throughput and RTT over time; the Kleinrock
 /// scatter (goodput vs p95 RTT) of every main-run flow; CDFs of harm and
 /// fairness.
@@ -630,19 +666,40 @@ pub fn write_plots(dir: &Path, records: &[JobRecord], a: &Analysis) -> Result<()
         .iter()
         .filter(|r| r.level == "flow" && r.kind == "main")
         .collect();
-    let mut by_cc: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    // One group per algorithm and link: the label names the link by what
+    // differs between the run's links (a buffer sweep: the buffer), so each
+    // point says where it was measured; the colour stays the algorithm's.
+    let link_label = link_labeller(&main_flows);
+    // (algorithm, link) -> (legend label, points)
+    type Group = (String, Vec<(f64, f64)>);
+    let mut by_cc: BTreeMap<(String, usize), Group> = BTreeMap::new();
     for r in &main_flows {
         if let (Some(d), Some(g)) = (r.metrics.p95_rtt_ms, r.metrics.goodput_bps) {
-            by_cc.entry(r.cc.clone()).or_default().push((d, g / 1e6));
+            let label = match link_label(r) {
+                Some(l) => format!("{} @ {l}", r.cc),
+                None => r.cc.clone(),
+            };
+            by_cc
+                .entry((r.cc.clone(), r.link_index))
+                .or_insert_with(|| (label, Vec::new()))
+                .1
+                .push((d, g / 1e6));
         }
     }
     let groups: Vec<Series> = by_cc
-        .into_iter()
+        .into_values()
         .map(|(label, points)| Series { label, points })
         .collect();
+    let title = match main_flows.first() {
+        Some(r) if link_label(r).is_none() => format!(
+            "goodput vs p95 RTT per flow on {} (better: up and right)",
+            describe_link(r, true, true, true)
+        ),
+        _ => "goodput vs p95 RTT per flow (better: up and right)".to_string(),
+    };
     err(plots::scatter(
         &dir.join("throughput-vs-delay"),
-        "goodput vs p95 RTT per flow (better: up and right)",
+        &title,
         "p95 RTT (ms)",
         "goodput (Mbit/s)",
         &groups,

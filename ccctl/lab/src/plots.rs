@@ -6,8 +6,10 @@
 //! throughput-vs-delay view with the delay axis inverted) and empirical CDFs
 //! ([`cdf`]).
 //!
-//! Every series keeps its colour from a fixed ten-colour palette; past ten
-//! the colours repeat with dashed lines and other marker shapes. Points that
+//! Colours come from a fixed ten-colour palette. A known algorithm (cubic,
+//! bbr, bpf_bbr, modest_bbr, dstar, patched_bbr, reno), named anywhere in a
+//! label, has one fixed colour in every figure; a second series of the same
+//! colour in a figure is dashed and takes another marker. Points that
 //! are NaN or infinite are skipped; empty inputs, single points and constant
 //! values give a plot with sensible axes rather than an error.
 //!
@@ -452,38 +454,97 @@ fn format_tick(v: f64, decimals: usize, exp: Option<i32>) -> String {
     s + &suffix
 }
 
-/// Assigns palette slots: one per distinct non-empty label, in order of first
-/// appearance; an unlabelled series gets a slot of its own.
-#[derive(Default)]
+/// Palette index of each algorithm we know, fixed so that an algorithm has
+/// the same colour in every figure of a run and across runs (a reader who
+/// learnt "Cubic is blue" in one plot can trust it in the next). Names are
+/// compared after lower-casing and `-` -> `_` (`modest-bbr` is `modest_bbr`);
+/// `bbr` is the kernel's, as everywhere in the lab.
+const ALGORITHM_COLOURS: [(&str, usize); 7] = [
+    ("cubic", 0),
+    ("bbr", 1),
+    ("bpf_bbr", 2),
+    ("modest_bbr", 3),
+    ("dstar", 4),
+    ("patched_bbr", 5),
+    ("reno", 6),
+];
+
+/// The fixed palette index of the first known algorithm named in `label`
+/// (labels read "cubic #0", "harm tput (bpf_bbr)", "modest-bbr @ 0.5bdp").
+fn algorithm_colour(label: &str) -> Option<usize> {
+    label
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .map(|t| t.to_ascii_lowercase().replace('-', "_"))
+        .find_map(|t| {
+            ALGORITHM_COLOURS
+                .iter()
+                .find(|(name, _)| *name == t)
+                .map(|&(_, i)| i)
+        })
+}
+
+/// Assigns each series of one figure its look. A label naming a known
+/// algorithm takes that algorithm's fixed colour; further labels of the same
+/// algorithm in the figure (flow #1, another buffer) keep the colour and
+/// switch dashing and marker. Other labels take the colours no algorithm of
+/// the figure uses, in order; an unlabelled series gets a colour of its own.
+/// One label always has one look.
 struct Slots {
-    by_label: HashMap<String, usize>,
-    next: usize,
+    by_label: HashMap<String, Look>,
+    /// Colours no known algorithm of this figure holds, in palette order.
+    free: Vec<usize>,
+    next_free: usize,
+    /// Series drawn so far in each colour.
+    uses: [usize; PALETTE.len()],
 }
 
 impl Slots {
-    fn slot(&mut self, label: &str) -> usize {
-        if label.is_empty() {
-            self.next += 1;
-            return self.next - 1;
+    fn new<'a>(labels: impl IntoIterator<Item = &'a str>) -> Self {
+        let taken: Vec<usize> = labels.into_iter().filter_map(algorithm_colour).collect();
+        let free: Vec<usize> = (0..PALETTE.len()).filter(|i| !taken.contains(i)).collect();
+        Slots {
+            by_label: HashMap::new(),
+            free: if free.is_empty() {
+                (0..PALETTE.len()).collect()
+            } else {
+                free
+            },
+            next_free: 0,
+            uses: [0; PALETTE.len()],
         }
-        let next = &mut self.next;
-        *self.by_label.entry(label.to_string()).or_insert_with(|| {
-            *next += 1;
-            *next - 1
-        })
+    }
+
+    fn look(&mut self, label: &str) -> Look {
+        if let Some(l) = self.by_label.get(label) {
+            return *l;
+        }
+        let colour = algorithm_colour(label).unwrap_or_else(|| {
+            let c = self.free[self.next_free % self.free.len()];
+            self.next_free += 1;
+            c
+        });
+        let look = look(colour, self.uses[colour]);
+        self.uses[colour] += 1;
+        if !label.is_empty() {
+            self.by_label.insert(label.to_string(), look);
+        }
+        look
     }
 }
 
-/// How series number `slot` looks: colour cycles through the palette; each
-/// further round switches line dashing and marker shape.
+/// How a series looks: a palette colour; its `variant` (the how-manieth
+/// series of that colour in the figure) switches the line's dash pattern
+/// (solid, dashed, dotted, long-dashed: a CDF has no markers to tell them
+/// apart) and the marker shape.
 #[derive(Debug, Clone, Copy)]
 struct Look {
     color: RGBColor,
-    dashed: bool,
+    /// (dash, gap) in pixels; None: solid.
+    dash: Option<(u32, u32)>,
     marker: Marker,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Marker {
     Circle,
     Triangle,
@@ -491,12 +552,11 @@ enum Marker {
     Cross,
 }
 
-fn look(slot: usize) -> Look {
-    let round = slot / PALETTE.len();
+fn look(colour: usize, variant: usize) -> Look {
     Look {
-        color: PALETTE[slot % PALETTE.len()],
-        dashed: round % 2 == 1,
-        marker: match round % 4 {
+        color: PALETTE[colour % PALETTE.len()],
+        dash: [None, Some((8, 5)), Some((2, 4)), Some((16, 6))][variant % 4],
+        marker: match variant % 4 {
             0 => Marker::Circle,
             1 => Marker::Triangle,
             2 => Marker::Square,
@@ -538,8 +598,13 @@ fn draw_line<DB: DrawingBackend>(
 ) -> DrawResult<DB> {
     let line = look.color.stroke_width(2);
     if points.len() >= 2 {
-        if look.dashed {
-            chart.draw_series(DashedLineSeries::new(points.iter().copied(), 8, 5, line))?;
+        if let Some((dash, gap)) = look.dash {
+            chart.draw_series(DashedLineSeries::new(
+                points.iter().copied(),
+                dash,
+                gap,
+                line,
+            ))?;
         } else {
             chart.draw_series(LineSeries::new(points.iter().copied(), line))?;
         }
@@ -663,8 +728,8 @@ fn draw_legend<DB: DrawingBackend>(
         if line {
             let stroke = look.color.stroke_width(2);
             let ends = vec![(sx, cy), (sx + sample_w, cy)];
-            if look.dashed {
-                area.draw(&DashedPathElement::new(ends, 8, 5, stroke))?;
+            if let Some((dash, gap)) = look.dash {
+                area.draw(&DashedPathElement::new(ends, dash, gap, stroke))?;
             } else {
                 area.draw(&PathElement::new(ends, stroke))?;
             }
@@ -761,7 +826,12 @@ impl Figure for TimeFigure<'_> {
             .map(|i| (i as u32 * PANEL_H) as i32)
             .collect();
         let areas = body.split_by_breakpoints([] as [i32; 0], breaks);
-        let mut slots = Slots::default();
+        let mut slots = Slots::new(
+            self.panels
+                .iter()
+                .flat_map(|p| &p.series)
+                .map(|s| s.label.as_str()),
+        );
         for (i, (panel, area)) in self.panels.iter().zip(&areas).enumerate() {
             let last = i + 1 == self.panels.len();
             let lines: Vec<(Vec<(f64, f64)>, &Series)> = panel
@@ -793,7 +863,7 @@ impl Figure for TimeFigure<'_> {
             )?;
             let mut legend = Vec::new();
             for (points, s) in &lines {
-                let look = look(slots.slot(&s.label));
+                let look = slots.look(&s.label);
                 draw_line(&mut chart, points, look)?;
                 if !s.label.is_empty() {
                     let sample = if points.len() <= MARKER_MAX_POINTS {
@@ -863,10 +933,10 @@ impl Figure for ScatterFigure<'_> {
             8,
         )?;
 
-        let mut slots = Slots::default();
+        let mut slots = Slots::new(self.groups.iter().map(|g| g.label.as_str()));
         let mut legend = Vec::new();
         for (g, points) in self.groups.iter().zip(&groups) {
-            let look = look(slots.slot(&g.label));
+            let look = slots.look(&g.label);
             draw_markers(
                 &mut chart,
                 points,
@@ -961,15 +1031,20 @@ impl Figure for CdfFigure<'_> {
             .build_cartesian_2d(x0..x1, 0.0..1.0)?;
         draw_mesh(&mut chart, Some(self.x_label), "CDF", &x_fmt, &y_fmt, 8, 10)?;
 
-        let mut slots = Slots::default();
+        let mut slots = Slots::new(self.sets.iter().map(|(l, _)| l.as_str()));
         let mut legend = Vec::new();
         for ((label, _), values) in self.sets.iter().zip(&sets) {
-            let look = look(slots.slot(label));
+            let look = slots.look(label);
             let steps = cdf_steps(values, x0, x1);
             // Markers would sit on the corners of the staircase; a CDF reads fine without.
             let line = look.color.stroke_width(2);
-            if look.dashed {
-                chart.draw_series(DashedLineSeries::new(steps.iter().copied(), 8, 5, line))?;
+            if let Some((dash, gap)) = look.dash {
+                chart.draw_series(DashedLineSeries::new(
+                    steps.iter().copied(),
+                    dash,
+                    gap,
+                    line,
+                ))?;
             } else {
                 chart.draw_series(LineSeries::new(steps.iter().copied(), line))?;
             }
@@ -1454,19 +1529,43 @@ mod tests {
 
     #[test]
     fn colours_follow_labels() {
-        let mut s = Slots::default();
-        assert_eq!(
-            [
-                s.slot("a"),
-                s.slot("b"),
-                s.slot(""),
-                s.slot("a"),
-                s.slot("")
-            ],
-            [0, 1, 2, 0, 3]
+        let mut s = Slots::new(["a", "b", "", "a"]);
+        let (a, b, none1, a2, none2) = (
+            s.look("a"),
+            s.look("b"),
+            s.look(""),
+            s.look("a"),
+            s.look(""),
         );
-        assert_eq!(look(3).color, look(13).color);
-        assert!(!look(3).dashed && look(13).dashed);
+        assert_eq!(a.color, a2.color);
+        let colours = [a.color, b.color, none1.color, none2.color];
+        for (i, x) in colours.iter().enumerate() {
+            for y in &colours[i + 1..] {
+                assert_ne!(x, y, "distinct labels share a colour: {colours:?}");
+            }
+        }
+    }
+
+    /// Issue 14: Cubic was blue in one figure and orange in the next. An
+    /// algorithm's colour no longer depends on what else a figure shows or in
+    /// which order; its second series in a figure is dashed, same colour.
+    #[test]
+    fn an_algorithm_keeps_its_colour_in_every_figure() {
+        let mut f1 = Slots::new(["cubic #0", "bpf_bbr #1"]);
+        let mut f2 = Slots::new(["modest-bbr", "harm tput (cubic)", "pacing"]);
+        let mut f3 = Slots::new(["bbr #0", "cubic #1", "cubic #2"]);
+        let cubic = f1.look("cubic #0").color;
+        assert_eq!(f2.look("harm tput (cubic)").color, cubic);
+        assert_eq!(f3.look("bbr #0").color, PALETTE[1]);
+        let (c1, c2) = (f3.look("cubic #1"), f3.look("cubic #2"));
+        assert_eq!((c1.color, c2.color), (cubic, cubic));
+        assert!(c1.dash.is_none() && c2.dash.is_some() && c1.marker != c2.marker);
+        // A label that names no algorithm avoids the colours the figure's algorithms hold.
+        let pacing = f2.look("pacing").color;
+        assert_ne!(pacing, cubic);
+        assert_ne!(pacing, f2.look("modest-bbr").color);
+        assert_eq!(f2.look("modest-bbr").color, PALETTE[3]);
+        assert_eq!(f1.look("bpf_bbr #1").color, PALETTE[2]);
     }
 
     #[test]

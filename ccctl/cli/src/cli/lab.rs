@@ -172,6 +172,9 @@ pub fn run(cmd: LabCommand, verbose: u8) -> Result<()> {
 
 fn check(args: ScenarioArgs) -> Result<()> {
     let sc = args.scenario()?;
+    // Names no kernel (here or in the test VM) nor ccctl could provide are
+    // refused here, as `lab run` would refuse them.
+    lab::algorithms::precheck(&sc)?;
     let plan = lab::plan::plan(&sc);
     let secs: f64 = plan.jobs.iter().map(|j| j.expected_secs()).sum();
     println!(

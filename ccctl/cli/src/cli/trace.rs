@@ -178,3 +178,66 @@ mod tests {
         assert!(o.filter.once_per_rtt);
     }
 }
+
+/// Issue 14: `ccctl trace`'s flags (filters, sampling, duration) fed
+/// arbitrary values through the real command line: no panic; a refusal names
+/// the flag; accepted options are what the flags said. Cases:
+/// `CCCTL_FUZZ_CASES` (default 5,000).
+#[cfg(test)]
+mod fuzz {
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    use crate::cli::{Cli, Command};
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("CCCTL_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5_000);
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    const FLAGS: &[&str] = &[
+        "--algo",
+        "--port",
+        "--local",
+        "--remote",
+        "--sample",
+        "--duration",
+    ];
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn trace_flags_are_refused_by_name_or_taken(flag: usize, value in prop_oneof!["\\PC{0,24}", "[0-9.:a-f\\[\\]-]{0,24}", "-?[0-9]{0,12}(\\.[0-9]{0,3})?(s|ms|min|h|us|x|)"]) {
+            let flag = FLAGS[flag % FLAGS.len()];
+            let argv = ["ccctl", "trace", "--follow", flag, value.as_str()];
+            match Cli::try_parse_from(argv) {
+                Err(e) => {
+                    let m = e.to_string();
+                    prop_assert!(m.contains(flag) || m.contains("unexpected argument") || m.contains("a value is required"), "{flag} {value:?}: {m}");
+                }
+                Ok(Cli { command: Command::Trace(a), .. }) => match a.options() {
+                    Ok((opts, _)) => {
+                        if flag == "--duration" {
+                            let d = opts.duration.expect("--duration taken").as_secs_f64();
+                            prop_assert!((0.0..=1e7).contains(&d), "{value:?} -> {d}");
+                        }
+                    }
+                    Err(e) => {
+                        let m = e.to_string();
+                        let name = flag.trim_start_matches("--");
+                        prop_assert!(m.contains(name), "{flag} {value:?}: {m}");
+                    }
+                },
+                Ok(_) => prop_assert!(false, "not parsed as trace"),
+            }
+        }
+    }
+}

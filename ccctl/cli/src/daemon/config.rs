@@ -117,8 +117,16 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             ))
         }
     };
-    Ok((v * mult) as u64)
+    let bytes = v * mult;
+    // A rotation size past 1 TiB is a typo (and past 2^64 it would saturate).
+    if !bytes.is_finite() || bytes > MAX_SIZE_BYTES {
+        return Err(format!("`{s}` is above the 1 TiB maximum"));
+    }
+    Ok(bytes as u64)
 }
+
+/// Largest size [`parse_size`] takes: 1 TiB.
+const MAX_SIZE_BYTES: f64 = (1u64 << 40) as f64;
 
 impl DaemonConfig {
     /// Parse and validate; errors name the field.
@@ -281,5 +289,135 @@ mod tests {
         assert_eq!(parse_size("256MB"), Ok(256_000_000));
         assert_eq!(parse_size("1MiB"), Ok(1 << 20));
         assert!(parse_size("12 parsecs").is_err());
+    }
+}
+
+/// Issue 14: the daemon's config parser fed the shipped example mutated a
+/// line at a time, and arbitrary text: no panic; a refusal names a field
+/// (`algorithms[0].params`, `trace.rotate_size`, a TOML key or line); an
+/// accepted config holds only what validation promises. Cases:
+/// `CCCTL_FUZZ_CASES` (default 5,000).
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("CCCTL_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5_000);
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    const EXAMPLE: &str = include_str!("../../../../examples/daemon.toml");
+    const HOSTILE: &[&str] = &[
+        "\"\"",
+        "0",
+        "-1",
+        "nan",
+        "inf",
+        "1e999",
+        "\"nosuch\"",
+        "\"modest-bbr\"",
+        "true",
+        "[]",
+        "{}",
+        "{ cwnd_gain = nan }",
+        "{ cwnd_gain = 1e9 }",
+        "{ w_min = 0.9, w_max = 0.5 }",
+        "\"0B\"",
+        "\"99999999999999999999GB\"",
+        "\"1e3MB\"",
+        "\"-5MB\"",
+        "\"1ms\"",
+        "\"0s\"",
+        "\"leave\"",
+        "\"explode\"",
+        "[\"bbr\", \"bbr\"]",
+        "65536",
+        "4294967296",
+    ];
+
+    fn mutate(line: usize, kind: u8, token: usize, junk: &str) -> String {
+        // Uncomment the commented-out examples too, so they are mutated as well.
+        let mut lines: Vec<String> = EXAMPLE
+            .lines()
+            .map(|l| {
+                l.strip_prefix("# [[")
+                    .map_or(l.to_string(), |r| format!("[[{r}"))
+            })
+            .map(|l| {
+                if l.starts_with("# name") || l.starts_with("# params") {
+                    l[2..].to_string()
+                } else {
+                    l
+                }
+            })
+            .collect();
+        let i = line % lines.len();
+        match kind % 4 {
+            0 | 1 => {
+                let v = HOSTILE[token % HOSTILE.len()];
+                lines[i] = match lines[i].split_once('=') {
+                    Some((k, _)) if !lines[i].trim_start().starts_with('#') => format!("{k}= {v}"),
+                    _ => format!("{junk} = {v}"),
+                };
+            }
+            2 => {
+                lines.remove(i);
+            }
+            _ => lines[i] = junk.to_string(),
+        }
+        lines.join("\n")
+    }
+
+    fn check(text: &str) -> Result<(), TestCaseError> {
+        match DaemonConfig::from_toml(text) {
+            Ok(cfg) => {
+                prop_assert!(cfg.algorithms.iter().filter(|a| a.default).count() <= 1);
+                if let Some(t) = &cfg.trace {
+                    prop_assert!(t.sample >= 1);
+                    prop_assert!(cfg.rotate_bytes() >= MIN_ROTATE_BYTES, "{text}");
+                }
+            }
+            Err(e) => {
+                // A TOML error quotes its line; ours name the field path.
+                let named = e.contains("line")
+                    || e.contains("algorithms")
+                    || e.contains("trace")
+                    || e.contains("on_exit")
+                    || e.contains("unknown field")
+                    || e.contains("missing field");
+                prop_assert!(named, "refusal names no field: {e}\n{text}");
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn mutated_configs_are_refused_by_field(line: usize, kind: u8, token: usize, junk in "\\PC{0,30}") {
+            check(&mutate(line, kind, token, &junk))?;
+        }
+
+        #[test]
+        fn arbitrary_configs_are_refused_by_field(text in "\\PC{0,200}") {
+            check(&text)?;
+        }
+
+        #[test]
+        fn sizes_never_panic_and_stay_finite(s in "[ ]?[0-9.]{0,25}[ ]?(B|kB|KB|KiB|MB|MiB|GB|GiB|TB|x|)[ ]?") {
+            if let Ok(b) = parse_size(&s) {
+                prop_assert!(b <= 1 << 40, "{s:?} -> {b} bytes");
+            }
+        }
     }
 }

@@ -35,6 +35,7 @@ pub struct SharedMaps {
 impl SharedMaps {
     /// Open the maps under [`shared_dir`].
     pub fn open() -> Result<SharedMaps, TraceError> {
+        crate::loader::check_pin_tree()?;
         Self::open_in(&shared_dir())
     }
 

@@ -97,6 +97,10 @@ pub enum TraceError {
         #[source]
         source: libbpf_rs::Error,
     },
+
+    /// The pin tree is not what ccctl made (a planted symbolic link).
+    #[error(transparent)]
+    Pins(#[from] crate::error::Error),
 }
 
 /// What to trace; becomes the `trace_cfg` entry.

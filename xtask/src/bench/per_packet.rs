@@ -166,11 +166,15 @@ pub fn run(bin: &Path, args: &BenchArgs) -> Result<()> {
     for (name, kname) in wanted {
         let before = struct_ops_progs()?;
         ccctl(bin, &["load", name])?;
+        // Unloaded on drop from here on, whatever fails next.
+        loaded.algos.push((name, kname, Vec::new()));
         let ids = struct_ops_progs()?
             .into_keys()
             .filter(|id| !before.contains_key(id))
             .collect();
-        loaded.algos.push((name, kname, ids));
+        if let Some(last) = loaded.algos.last_mut() {
+            last.2 = ids;
+        }
     }
     let path = VethPath::new()?;
     println!(

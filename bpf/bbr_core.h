@@ -48,6 +48,57 @@
  *
  * Everything per-socket lives in the 104 bytes of icsk_ca_priv (struct bbr
  * below); variants that need more keep it in a bpf_sk_storage map.
+ *
+ * Departures from net/ipv4/tcp_bbr.c
+ * ----------------------------------
+ * Read function by function against Linux 6.1 and 6.18 (bpf_bbr with the
+ * identity hooks).  Where the two kernels differ from each other
+ * (cong_control's prototype, what a BPF program may write) we follow the
+ * running kernel.  What remains, and why:
+ *
+ *  1. Millisecond clock.  min_rtt_stamp_ms, probe_rtt_done_ms and the
+ *     PROBE_RTT exit use tp->tcp_mstamp / 1000 where tcp_bbr.c uses
+ *     tcp_jiffies32.  Turning 10 s and 200 ms into jiffies needs HZ, which
+ *     a BPF program learns only from CONFIG_HZ, a __kconfig extern libbpf
+ *     reads from /boot/config-* or /proc/config.gz: loading would then
+ *     depend on the kernel's config file being installed, which nothing
+ *     else here needs.  Same durations at 1 ms resolution instead of one
+ *     jiffy (4 ms at HZ=250): PROBE_RTT holds its 4 packets for 200-201 ms
+ *     where tcp_bbr.c holds them for 200-204 ms.
+ *  2. u32 microsecond stamps.  cycle_start_us and ack_epoch_start_us keep
+ *     the low 32 bits of tp->delivered_mstamp / tp->tcp_mstamp (u64 in
+ *     tcp_bbr.c) so struct bbr fits icsk_ca_priv.  tcp_stamp_us_delta()
+ *     returns a u32 too and these clocks never run backwards, so every
+ *     interval is the same as long as one PROBE_BW phase or ACK epoch
+ *     lasts less than 2^32 us (71 minutes).
+ *  3. PROBE_RTT's app-limited mark before 6.4.  The verifier refuses the
+ *     tp->app_limited write there, so we keep the mark in struct bbr and
+ *     apply the rate sampler's rule to it (bbr_sample_app_limited()).  The
+ *     kernel tags only packets sent while the mark is set; we tag every
+ *     sample whose packet left at or before the mark, so the last round
+ *     sent before PROBE_RTT (at full rate, hence rarely below btl_bw) also
+ *     counts only if it raises btl_bw.  From 6.4 we write tp->app_limited
+ *     as tcp_bbr.c does.
+ *  4. Tunable PROBE_BW gains.  The cwnd gain and the up-probe pacing gain
+ *     come from the params map (ccctl tune), clamped to [1, 4] and [1, 2];
+ *     never written, they are tcp_bbr.c's 2 and 1.25.
+ *  5. No get_info.  bpf_tcp_ca does not let a BPF congestion control fill
+ *     INET_DIAG_BBRINFO, so `ss -ti` shows no bbr:(bw,mrtt,gains) line for
+ *     us; the per-ACK trace (bbr_trace(), `ccctl trace`) carries that state.
+ *  6. Registered without TCP_CONG_NON_RESTRICTED: any user may select the
+ *     kernel's bbr, only a privileged one (or one allowed by
+ *     net.ipv4.tcp_allowed_congestion_control) may select ours.  Who may use
+ *     a loaded algorithm is left to the administrator.
+ *  7. Our own copies of what is not a kfunc (tcp_helpers.h): the minmax
+ *     running max, tcp_min_rtt, tcp_snd_cwnd_set, tcp_packets_in_flight;
+ *     the same arithmetic.
+ *  8. Arithmetic guards that change nothing reachable: the pacing rate is
+ *     at least 1 byte/s; extra_acked saturates at 0xFFFF where tcp_bbr.c
+ *     truncates into its u16 (different only above a 65535-packet cwnd);
+ *     tso_segs_goal tolerates mss_cache 0.
+ *  9. Hooks and tracing (bbr_hook_*, bbr_trace()): identity and, with
+ *     tracing off, one map load per ACK; with item 4, one (inlined) array
+ *     lookup of the params map per ACK in PROBE_BW.
  */
 #ifndef __CCCTL_BBR_CORE_H
 #define __CCCTL_BBR_CORE_H
@@ -166,6 +217,9 @@ struct bbr {
 	   lt_use_bw : 1,             /* pacing at lt_bw (policer detected) */
 	   full_bw_reached : 1;       /* STARTUP is over for good */
 	u8 has_seen_rtt;              /* pacing rate was initialised from a real RTT */
+	u32 probe_rtt_app_limited;    /* before 6.4: the tp->app_limited mark PROBE_RTT
+				       * could not write (0 = none), see
+				       * bbr_sample_app_limited() */
 };
 
 _Static_assert(sizeof(struct bbr) <= sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
@@ -592,11 +646,40 @@ static void bbr_check_probe_rtt_done(struct sock *sk)
 
 /* ---- updating the model on each ACK ------------------------------------ */
 
+/*
+ * Was this rate sample taken while the application (or PROBE_RTT) limited
+ * the sending rate?  The rate sampler says so in rs->is_app_limited.  PROBE_RTT
+ * adds its own mark by writing tp->app_limited, which the verifier refuses
+ * before Linux 6.4; there we keep the mark it would have written in
+ * bbr->probe_rtt_app_limited and apply the rate sampler's rule ourselves:
+ * a packet is app-limited if it was sent while the mark was set, i.e. if
+ * the tp->delivered it was sent at (the sample's prior_delivered) is not
+ * after the mark.  The first sample sent later clears it.  Without this,
+ * a PROBE_RTT longer than the 10-round btl_bw window (200 ms is thousands
+ * of rounds at LAN RTTs) lets the 4-packet samples age the real maximum
+ * out, and the flow leaves PROBE_RTT pacing at a fraction of the path.
+ */
+static bool bbr_sample_app_limited(struct sock *sk, const struct rate_sample *rs)
+{
+	struct bbr *bbr = bbr_of(sk);
+
+	if (rs->is_app_limited)
+		return true;
+	if (!bbr->probe_rtt_app_limited)
+		return false;
+	if (after(rs->prior_delivered, bbr->probe_rtt_app_limited)) {
+		bbr->probe_rtt_app_limited = 0;
+		return false;
+	}
+	return true;
+}
+
 /* Round counting and the btl_bw max filter. */
 static void bbr_update_bw(struct sock *sk, const struct rate_sample *rs)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct bbr *bbr = bbr_of(sk);
+	bool app_limited;
 	u64 bw;
 
 	bbr->round_start = 0;
@@ -611,11 +694,12 @@ static void bbr_update_bw(struct sock *sk, const struct rate_sample *rs)
 		bbr->packet_conservation = 0;
 	}
 
-	bbr_lt_sample(sk, rs->losses, rs->is_app_limited);
+	app_limited = bbr_sample_app_limited(sk, rs);
+	bbr_lt_sample(sk, rs->losses, app_limited);
 
 	bw = (u64)rs->delivered * BW_UNIT / (u64)rs->interval_us;
 	/* App-limited samples underestimate; take them only if they raise the max. */
-	if (!rs->is_app_limited || bw >= bbr_max_bw(bbr))
+	if (!app_limited || bw >= bbr_max_bw(bbr))
 		win_max_update(&bbr->btl_bw, BBR_BW_WINDOW_ROUNDS, bbr->round_count, (u32)bw);
 }
 
@@ -674,7 +758,7 @@ static void bbr_check_full_bw_reached(struct sock *sk, const struct rate_sample 
 	struct bbr *bbr = bbr_of(sk);
 	u32 bw_thresh;
 
-	if (bbr->full_bw_reached || !bbr->round_start || rs->is_app_limited)
+	if (bbr->full_bw_reached || !bbr->round_start || bbr_sample_app_limited(sk, rs))
 		return;
 
 	bw_thresh = (u32)(((u64)bbr->full_bw * BBR_FULL_BW_THRESH) >> BBR_SCALE);
@@ -733,10 +817,12 @@ static void bbr_update_min_rtt(struct sock *sk, const struct rate_sample *rs)
 		/*
 		 * Mark the flow app-limited so bandwidth samples taken at the tiny
 		 * window do not count.  Kernels before 6.4 refuse this write; there
-		 * the samples only ever lower a max filter, which ignores them.
+		 * we keep the mark ourselves (bbr_sample_app_limited()).
 		 */
 		if (kernel_can(CCCTL_KF_APP_LIMITED_WRITE))
 			tp->app_limited = (tp->delivered + inflight) ?: 1;
+		else
+			bbr->probe_rtt_app_limited = (tp->delivered + inflight) ?: 1;
 		if (!bbr->probe_rtt_done_ms && inflight <= BBR_CWND_MIN_TARGET) {
 			bbr->probe_rtt_done_ms = (now_ms + BBR_PROBE_RTT_MS) ?: 1;
 			bbr->probe_rtt_round_done = 0;
@@ -926,7 +1012,7 @@ void BPF_PROG(bbr_init, struct sock *sk)
 	bbr->mode = BBR_STARTUP;
 	bbr->pacing_gain = BBR_HIGH_GAIN;
 	bbr->cwnd_gain = BBR_HIGH_GAIN;
-	bbr->ack_epoch_start_us = bbr_now_us32(tp);
+	bbr->ack_epoch_start_us = (u32)tp->tcp_mstamp;
 
 	/* BBR needs pacing; without fq the TCP stack paces itself. */
 	if (sk->sk_pacing_status == SK_PACING_NONE)

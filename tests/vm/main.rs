@@ -304,6 +304,82 @@ fn bpf_bbr_and_native_bbr_share_a_link() {
     }
 }
 
+/// PROBE_RTT's 4-packet samples must not become btl_bw (bbr_core.h,
+/// bbr_sample_app_limited()). tcp_bbr.c marks the flow app-limited while in
+/// PROBE_RTT so those samples only count if they raise the max; 6.1 refuses
+/// that write, and without our own mark 200 ms at 4 packets outlasts the
+/// 10-round btl_bw window whenever the RTT is under 20 ms. Here: 10 Mbit/s,
+/// 10 ms, so a BDP is ~8.6 packets, PROBE_RTT's 4 packets per round carry
+/// ~46 % of the link and 200 ms is ~20 rounds. The flow runs 18 s to pass
+/// the 10 s min_rtt window; the trace (every ACK) must show PROBE_RTT, and
+/// btl_bw during it must stay at >= 80 % of btl_bw on entering it (with the
+/// mark it cannot fall at all; without it, it falls to about half).
+#[test]
+fn probe_rtt_samples_do_not_become_btl_bw() {
+    use common::lab::{read_parquet, strs, wait_for};
+    use common::tracing::{interrupt, spawn_trace, trace_cfg_enabled, u64s};
+
+    require_vm();
+    let _clean = Clean::new();
+    ccctl(&["load", "bbr"]).ok();
+    let rate = 10_000_000;
+    let rtt = Duration::from_millis(10);
+    let tb = testbed(TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500)).with_rtts(&[rtt]));
+    let out = common::tempdir("probe-rtt").join("bbr.parquet");
+    let port = tb.alloc_port();
+    let tracer = spawn_trace(&["--algo", "bbr", "--port", &port.to_string()], &out);
+    wait_for(
+        "tracing to be switched on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
+    let flow = iperf::run_flow(
+        &tb,
+        &FlowSpec::new(0, "bpf_bbr", Duration::from_secs(18)).port(port),
+    )
+    .expect("iperf3");
+    let (code, stderr) = interrupt(tracer);
+    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
+
+    let df = read_parquet(&out);
+    let data_port = flow.local_port.expect("local port") as u64;
+    let (sport, btl_bw, mode) = (
+        u64s(&df, "sport"),
+        u64s(&df, "btl_bw_bps"),
+        strs(&df, "bbr_mode"),
+    );
+    let ev: Vec<(u64, &str)> = (0..df.height())
+        .filter(|&i| sport[i] == data_port)
+        .map(|i| (btl_bw[i], mode[i].as_str()))
+        .collect();
+    let first = ev
+        .iter()
+        .position(|e| e.1 == "probe_rtt")
+        .unwrap_or_else(|| panic!("no PROBE_RTT in {} events of an 18 s flow", ev.len()));
+    assert!(first > 0, "the flow started in PROBE_RTT");
+    let entry = ev[first - 1].0;
+    let lowest = ev[first..]
+        .iter()
+        .take_while(|e| e.1 == "probe_rtt")
+        .map(|e| e.0)
+        .min()
+        .unwrap_or(entry);
+    println!(
+        "PROBE_RTT at event {first} of {}: btl_bw {:.2} Mbit/s on entry, lowest in it {:.2} Mbit/s; \
+         flow {:.2} Mbit/s, {} retransmits",
+        ev.len(),
+        entry as f64 / 1e6,
+        lowest as f64 / 1e6,
+        mbit(flow.goodput_bps),
+        flow.retransmits
+    );
+    assert!(
+        lowest as f64 >= 0.8 * entry as f64,
+        "btl_bw fell from {entry} to {lowest} bit/s in PROBE_RTT: its 4-packet samples \
+         entered the max filter"
+    );
+}
+
 /// `ccctl lab` where netem exists.
 mod lab {
     use std::time::Duration;

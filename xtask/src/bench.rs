@@ -11,6 +11,18 @@
 //!   against untraced, alternating. Target: <= 5 % throughput loss, 0 drops.
 //! - `consumer`: events per second `ccctl trace`'s decode + Parquet path
 //!   sustains on one core, fed by a synthetic producer. Target >= 2 M/s.
+//! - `per-packet`: a path where every ACK costs. Loopback with 64 KB
+//!   segments hides the per-ACK work (one ACK per ~44 segments); here two
+//!   namespaces are joined by a veth pair at MTU 1500 with TSO, GSO and GRO
+//!   off on both ends, so every 1448-byte segment is its own skb and about
+//!   every second one is ACKed. One iperf3 flow, CPU-bound: native `bbr`
+//!   against each of our algorithms in alternating runs (bbr, ours, bbr,
+//!   ours, ...), throughput ratio against the native runs of the same
+//!   pairs. Then, with `kernel.bpf_stats_enabled=1` (restored afterwards),
+//!   one more run per algorithm reads run_time_ns / run_cnt of each of its
+//!   struct_ops programs: the BPF cost per call. Those runs are not used
+//!   for the ratios (stats add two clock reads per BPF call that native
+//!   bbr does not pay). Targets: bpf_bbr >= 0.99x, the others >= 0.97x.
 //!
 //! Everything is built in release mode (about 11 minutes from scratch).
 
@@ -23,11 +35,14 @@ use clap::{Args, ValueEnum};
 
 use crate::proc;
 
+mod per_packet;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Which {
     Datapath,
     Trace,
     Consumer,
+    PerPacket,
     All,
 }
 
@@ -45,6 +60,9 @@ pub struct BenchArgs {
     /// Synthetic events for the consumer benchmark.
     #[arg(long, default_value_t = 5_000_000)]
     pub events: u64,
+    /// per-packet: only these of our algorithms (bbr, modest-bbr, dstar; all by default).
+    #[arg(long, value_delimiter = ',')]
+    pub algos: Vec<String>,
 }
 
 /// A private namespace with loopback up; deleted on drop.
@@ -52,7 +70,10 @@ struct Netns(String);
 
 impl Netns {
     fn new() -> Result<Netns> {
-        let name = format!("ccctl-bench-{}", std::process::id());
+        Netns::named(format!("ccctl-bench-{}", std::process::id()))
+    }
+
+    fn named(name: String) -> Result<Netns> {
         proc::run(Command::new("ip").args(["netns", "add", &name]))?;
         let ns = Netns(name);
         proc::run(Command::new("ip").args(["-n", &ns.0, "link", "set", "lo", "up"]))?;
@@ -98,20 +119,28 @@ struct Flow {
     bits_per_s: f64,
     bytes: f64,
     cpu_busy_s: f64,
+    /// Full-sized segments sent (bytes / 1448), for calls per segment.
+    segs_out: f64,
+    /// Segments the sender retransmitted.
+    retrans: u64,
 }
 
 /// One loopback flow with congestion control `cc` in `ns`.
 fn flow(ns: &Netns, cc: &str, secs: u64, port: u16) -> Result<Flow> {
-    let mut server = ns
-        .cmd(&[
-            "iperf3",
-            "-s",
-            "-1",
-            "-B",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
+    flow_between(ns, ns, "127.0.0.1", cc, secs, port)
+}
+
+/// One iperf3 flow from `client` to the server in `server` at `addr`.
+fn flow_between(
+    client: &Netns,
+    server: &Netns,
+    addr: &str,
+    cc: &str,
+    secs: u64,
+    port: u16,
+) -> Result<Flow> {
+    let mut server = server
+        .cmd(&["iperf3", "-s", "-1", "-B", addr, "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -119,11 +148,11 @@ fn flow(ns: &Netns, cc: &str, secs: u64, port: u16) -> Result<Flow> {
     std::thread::sleep(Duration::from_millis(300));
     let hz = 100.0; // USER_HZ
     let (b0, _) = cpu_jiffies()?;
-    let out = ns
+    let out = client
         .cmd(&[
             "iperf3",
             "-c",
-            "127.0.0.1",
+            addr,
             "-p",
             &port.to_string(),
             "-C",
@@ -150,6 +179,8 @@ fn flow(ns: &Netns, cc: &str, secs: u64, port: u16) -> Result<Flow> {
             .unwrap_or(0.0),
         bytes: v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0),
         cpu_busy_s: (b1 - b0) as f64 / hz,
+        segs_out: v["end"]["sum_sent"]["bytes"].as_f64().unwrap_or(0.0) / 1448.0,
+        retrans: v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
     })
 }
 
@@ -240,13 +271,19 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         let _ = std::fs::remove_file(&out);
         println!("{}", res?.trim());
     }
-    if run_all || matches!(args.which, Which::Datapath | Which::Trace) {
+    if run_all || args.which != Which::Consumer {
+        // Native bbr is the reference of every datapath benchmark.
         if !std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")?
             .split_whitespace()
             .any(|c| c == "bbr")
         {
             let _ = Command::new("modprobe").arg("tcp_bbr").status();
         }
+    }
+    if run_all || args.which == Which::PerPacket {
+        per_packet::run(&bin, &args)?;
+    }
+    if run_all || matches!(args.which, Which::Datapath | Which::Trace) {
         ccctl(&bin, &["load", "bbr"])?;
         let res = (|| -> Result<()> {
             let ns = Netns::new()?;

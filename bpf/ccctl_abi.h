@@ -15,6 +15,7 @@
 
 #ifndef __CCCTL_KERNEL_TYPES_H
 #include <linux/types.h>
+#include <linux/bpf.h> /* struct bpf_spin_lock (kernel_types.h has it for BPF) */
 #endif
 
 /* Kernel name length, TCP_CA_NAME_MAX. */
@@ -75,11 +76,11 @@ struct ccctl_meta {
 #define CCCTL_GAIN_UNIT 256
 
 /*
- * Tunable parameters of one algorithm: its pinned "params" map (one entry).
- * ccctl writes a whole entry at once with `version` bumped, so a flow sees
- * either the old or the new set; the BPF side clamps every value to safe
- * bounds on read, so a map written by anyone else cannot stall or explode
- * a flow.  Fields an algorithm does not use are ignored by it.
+ * Tunable parameters of one algorithm: its pinned "params" map (one entry of
+ * struct ccctl_params_entry).  ccctl writes a whole set at once with
+ * `version` bumped; the BPF side clamps every value to safe bounds on read,
+ * so a map written by anyone else cannot stall or explode a flow.  Fields
+ * an algorithm does not use are ignored by it.
  */
 struct ccctl_params {
 	__u32 version;       /* bumped on every write; 0 = defaults never written */
@@ -96,6 +97,31 @@ struct ccctl_params {
 	__u32 dstar_gain1_rtts;     /* GAIN 1 length, RTTs; default 2 */
 	__u32 dstar_gain2_rtts;     /* GAIN 2 length, RTTs; default 1 */
 };
+
+/*
+ * The params map's value: the set behind a BPF spin lock, so that a flow
+ * sees the old set or the new one, never a mix.  An array-map update copies
+ * the value in place, and a flow reading during that copy would see half of
+ * each; with the lock, ccctl writes (and reads) with BPF_F_LOCK, the kernel
+ * copies under the lock, and each per-ACK callback copies the whole set out
+ * under the same lock once (ccctl_params_read) and uses only that copy.
+ * struct_ops programs may take a bpf_spin_lock on 6.1 and on 6.18 (only
+ * socket filters, tracing and sleepable programs may not).  A writer that
+ * does not pass BPF_F_LOCK (a bare `bpftool map update`) bypasses the lock.
+ */
+struct ccctl_params_entry {
+	struct bpf_spin_lock lock;
+	struct ccctl_params p;
+};
+
+/*
+ * ccctl_event.param_digest: FNV-1a (32 bit) over the set the callback used,
+ * taken as the __u32 words of struct ccctl_params in order, version
+ * included.  With param_version it identifies a whole set, so a trace shows
+ * whether any ACK ever saw half of one set and half of another.
+ */
+#define CCCTL_PARAM_DIGEST_BASIS 2166136261u
+#define CCCTL_PARAM_DIGEST_PRIME 16777619u
 
 /*
  * Per-ACK tracing.  Every algorithm emits one struct ccctl_event per call of
@@ -169,7 +195,7 @@ struct ccctl_event {
 	__u16 pad0;
 	__u32 pacing_gain;    /* x CCCTL_GAIN_UNIT, as applied on this ACK */
 	__u32 cwnd_gain;      /* x CCCTL_GAIN_UNIT */
-	__u32 pad1;
+	__u32 param_digest;   /* CCCTL_PARAM_DIGEST of the set in force on this ACK */
 	__u64 btl_bw;         /* bottleneck bandwidth estimate, bytes/s */
 	/* Modest BBR (0 where it does not apply) */
 	__u32 min_win;        /* packets */

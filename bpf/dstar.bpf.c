@@ -182,9 +182,8 @@ struct dstar_params {
 	u32 version;
 };
 
-static __always_inline struct dstar_params dstar_params(void)
+static __always_inline struct dstar_params dstar_params(const struct ccctl_params *p)
 {
-	const struct ccctl_params *p = ccctl_params_get();
 	struct dstar_params d = {
 		.min_rtt_win_ms = DSTAR_MIN_RTT_WIN_MS,
 		.sigma_factor = DSTAR_SIGMA_FACTOR,
@@ -194,7 +193,7 @@ static __always_inline struct dstar_params dstar_params(void)
 		.gain2_rtts = DSTAR_GAIN2_RTTS,
 	};
 
-	if (!p || !p->version)
+	if (!p->version)
 		return d;
 	d.version = p->version;
 	d.min_rtt_win_ms = clamp_u32(p->dstar_min_rtt_win_ms, DSTAR_MIN_RTT_WIN_MS_LO,
@@ -384,12 +383,13 @@ static void dstar_cycle(struct sock *sk, struct dstar *ds, const struct dstar_pa
 /* ---- per-ACK trace ---------------------------------------------------------- */
 
 static __always_inline void dstar_trace(struct sock *sk, const struct rate_sample *rs,
-					const struct dstar *ds, u32 version)
+					const struct dstar *ds, const struct ccctl_params *params)
 {
-	struct ccctl_event *e = ccctl_trace_begin(sk, rs, CCCTL_ALGO_DSTAR, version);
+	struct ccctl_event *e = ccctl_trace_begin(sk, rs, CCCTL_ALGO_DSTAR, params->version);
 
 	if (!e)
 		return;
+	e->param_digest = ccctl_params_digest(params);
 	e->dstar_mode = ds->mode;
 	e->dstar_slow_start = ds->slow_start;
 	e->dstar_bdp = ds->bdp;
@@ -409,16 +409,19 @@ static __always_inline void dstar_main(struct sock *sk, const struct rate_sample
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct dstar *ds = dstar_of(sk);
-	struct dstar_params p = dstar_params();
+	struct ccctl_params params;
+	struct dstar_params p;
 	u64 now = tp->tcp_mstamp;
 
+	ccctl_params_read(&params); /* the one set this ACK acts on */
+	p = dstar_params(&params);
 	dstar_update_rtt(sk, ds, rs);
 	dstar_update_min_rtt(ds, rs, now);
 	if (ds->slow_start && rs->losses > 0)
 		dstar_end_slow_start(sk, ds, &p, now);
 	dstar_cycle(sk, ds, &p, now);
 	tcp_snd_cwnd_set(tp, ds->cwnd);
-	dstar_trace(sk, rs, ds, p.version);
+	dstar_trace(sk, rs, ds, &params);
 }
 
 CCCTL_CONG_CONTROL(dstar_cong_control, dstar_main);
@@ -447,8 +450,11 @@ SEC("struct_ops")
 u32 BPF_PROG(dstar_ssthresh, struct sock *sk)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	struct dstar_params p = dstar_params();
+	struct ccctl_params params;
+	struct dstar_params p;
 
+	ccctl_params_read(&params);
+	p = dstar_params(&params);
 	dstar_end_slow_start(sk, dstar_of(sk), &p, tp->tcp_mstamp);
 	return tp->snd_ssthresh;
 }

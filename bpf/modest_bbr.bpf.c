@@ -94,16 +94,15 @@ struct modest_params {
 	u32 s_min;
 };
 
-static __always_inline struct modest_params modest_params(void)
+static __always_inline struct modest_params modest_params(const struct ccctl_params *p)
 {
-	const struct ccctl_params *p = ccctl_params_get();
 	struct modest_params m = {
 		.w_min = MODEST_W_MIN_DEFAULT,
 		.w_max = MODEST_W_MAX_DEFAULT,
 		.s_min = MODEST_S_MIN_DEFAULT,
 	};
 
-	if (!p || !p->version)
+	if (!p->version)
 		return m;
 	m.w_max = clamp_u32(p->w_max, MODEST_W_MIN_LO + 1, MODEST_W_MAX_HI);
 	m.w_min = clamp_u32(p->w_min, MODEST_W_MIN_LO, m.w_max - 1);
@@ -178,7 +177,8 @@ static void modest_search_step(struct modest *m, const struct modest_params *p)
 }
 
 /* Runs on every ACK after BBR has updated its model. */
-static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs)
+static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
+				 const struct ccctl_params *params)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct bbr *bbr = bbr_of(sk);
@@ -194,7 +194,7 @@ static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs)
 	if (bbr->mode != BBR_PROBE_BW)
 		return; /* only the steady phase searches */
 
-	p = modest_params();
+	p = modest_params(params);
 	switch (m->phase) {
 	case CCCTL_MODEST_INACTIVE:
 		if (retrans)

@@ -2,6 +2,7 @@
 //! reading kernel state, and guards that leave the machine as they found it.
 #![allow(dead_code)]
 
+pub mod atomic;
 pub mod dstar;
 pub mod flows;
 pub mod lab;

@@ -533,6 +533,19 @@ mod tune {
         require_vm();
         crate::common::tune::modest_bbr_window_parameters();
     }
+    /// The host's case on 6.1 (map registration, 2-argument cong_control):
+    /// 10 Mbit/s, 40 ms, 0.5 BDP, 6 s.
+    #[test]
+    fn parameter_sets_change_atomically() {
+        require_vm();
+        use ccctl_lab::testbed::{buffer_bdp, TestbedConfig};
+        let rate = 10_000_000;
+        crate::common::atomic::parameter_sets_change_atomically(
+            TestbedConfig::new(rate, buffer_bdp(rate, super::RTT, 0.5, 1500))
+                .with_rtts(&[super::RTT]),
+            6,
+        );
+    }
 }
 
 /// TCP D* on the 6.1 kernel (2-argument cong_control, map registration),

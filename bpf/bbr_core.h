@@ -85,18 +85,10 @@
 #define BBR_HIGH_GAIN (BBR_UNIT * 2885 / 1000 + 1)
 /* ln(2)/2: the inverse, to drain one STARTUP's queue in about one round. */
 #define BBR_DRAIN_GAIN (BBR_UNIT * 1000 / 2885)
-/* cwnd gain in PROBE_BW: 2 BDP tolerates delayed and stretched ACKs. */
-#define BBR_CWND_GAIN (BBR_UNIT * 2)
-/* PROBE_BW up-probe and drain phases. */
-#define BBR_PROBE_UP_GAIN (BBR_UNIT * 5 / 4)
+/* PROBE_BW's drain phase.  Its cwnd gain (2 BDP tolerates delayed and
+ * stretched ACKs) and up-probe gain (1.25) are tunable: defaults and bounds
+ * with their reasons in ccctl_abi.h's CCCTL_PARAMS. */
 #define BBR_PROBE_DOWN_GAIN (BBR_UNIT * 3 / 4)
-/* Bounds of the tunable gains.  Below 1.0 BBR cannot keep the pipe full and
- * its delivery-rate samples (hence btl_bw) shrink every round; a cwnd gain
- * above 4 BDP or an up-probe above 2.0 only fills queues. */
-#define BBR_CWND_GAIN_MIN BBR_UNIT
-#define BBR_CWND_GAIN_MAX (BBR_UNIT * 4)
-#define BBR_PROBE_UP_GAIN_MIN BBR_UNIT
-#define BBR_PROBE_UP_GAIN_MAX (BBR_UNIT * 2)
 /* Smallest window, packets: keeps delayed ACKs flowing. */
 #define BBR_CWND_MIN_TARGET 4
 /* Full bandwidth: growth below 25 % ... */
@@ -213,17 +205,13 @@ static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e);
 /* PROBE_BW cwnd gain in force: the params map's, clamped; 2.0 by default. */
 static __always_inline u32 bbr_param_cwnd_gain(const struct ccctl_params *p)
 {
-	if (!p->version)
-		return BBR_CWND_GAIN;
-	return clamp_u32(p->cwnd_gain, BBR_CWND_GAIN_MIN, BBR_CWND_GAIN_MAX);
+	return ccctl_param(p, cwnd_gain);
 }
 
 /* PROBE_BW up-probe pacing gain in force: the params map's, clamped; 1.25 by default. */
 static __always_inline u32 bbr_param_probe_up_gain(const struct ccctl_params *p)
 {
-	if (!p->version)
-		return BBR_PROBE_UP_GAIN;
-	return clamp_u32(p->probe_up_gain, BBR_PROBE_UP_GAIN_MIN, BBR_PROBE_UP_GAIN_MAX);
+	return ccctl_param(p, probe_up_gain);
 }
 
 static __always_inline void bbr_set_mode(struct sock *sk, u8 mode)

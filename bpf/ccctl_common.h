@@ -54,23 +54,30 @@ struct {
  * The set in force, copied out whole under the entry's spin lock (ccctl
  * writes it with BPF_F_LOCK, see ccctl_abi.h): a callback reads it once and
  * uses that copy for every decision it makes, so nothing it does mixes two
- * sets.  All zero (version 0: defaults) if the map cannot be read.  The
- * critical section is the copy alone, a dozen loads and stores.
+ * sets.  A set never written (version 0), or a map that cannot be read,
+ * gives CCCTL_PARAMS' defaults with version 0.  The critical section is the
+ * copy alone, a dozen loads and stores.
  */
+#define CCCTL_PARAM_SET_DEFAULT(field, ...) out->field = CCCTL_PARAM_DEFAULT(field);
 static __always_inline void ccctl_params_read(struct ccctl_params *out)
 {
 	struct ccctl_params_entry *e;
 	u32 zero = 0;
 
 	e = bpf_map_lookup_elem(&params, &zero);
-	if (!e) {
-		__builtin_memset(out, 0, sizeof(*out));
-		return;
+	if (e) {
+		bpf_spin_lock(&e->lock);
+		*out = e->p;
+		bpf_spin_unlock(&e->lock);
+		if (out->version)
+			return;
 	}
-	bpf_spin_lock(&e->lock);
-	*out = e->p;
-	bpf_spin_unlock(&e->lock);
+	out->version = 0;
+	CCCTL_PARAMS(CCCTL_PARAM_SET_DEFAULT)
 }
+
+/* A parameter of the set, clamped to its CCCTL_PARAMS bounds. */
+#define ccctl_param(p, field) clamp_u32((p)->field, CCCTL_PARAM_LO(field), CCCTL_PARAM_HI(field))
 
 /* ccctl_event.param_digest: FNV-1a over the set's __u32 words, in order. */
 static __always_inline u32 ccctl_params_digest(const struct ccctl_params *p)

@@ -45,27 +45,17 @@
  *
  * Parameters come from the params map (ccctl tune): W_min, W_max (x 1024),
  * S_min (packets), and the BBR gains every BBR-based algorithm has; all
- * clamped on read.  The per-socket search state does not fit beside
+ * clamped on read (bounds in ccctl_abi.h's CCCTL_PARAMS).  The per-socket search state does not fit beside
  * struct bbr in icsk_ca_priv's 104 bytes and lives in bpf_sk_storage.
  */
 #define CCCTL_ALGO_ID CCCTL_ALGO_MODEST_BBR
 #include "bbr_core.h"
 
-/* W_min and W_max are fractions x 1024. */
+/* W_min and W_max are fractions x 1024 (CCCTL_W_UNIT).  Their defaults
+ * (Sec. III-C: W_min 0.75, W_max 1, S_min 1 packet) and bounds, with the
+ * reasons, are in ccctl_abi.h's CCCTL_PARAMS. */
 #define MODEST_W_SCALE 10
-#define MODEST_W_UNIT (1U << MODEST_W_SCALE)
-/* Defaults (Sec. III-C): W_min = 0.75, BBR's own drain gain; W_max = 1,
- * never above BBR's window; S_min = 1 packet, the conservative step. */
-#define MODEST_W_MIN_DEFAULT (MODEST_W_UNIT * 3 / 4)
-#define MODEST_W_MAX_DEFAULT MODEST_W_UNIT
-#define MODEST_S_MIN_DEFAULT 1
-/* Clamps on whatever is in the map: W_min above 0 (the search window itself
- * never drops below BBR's 4-packet floor); W_max above 1 would exceed
- * BBR's window; S_min above 64 packets per ACK is slow start. */
-#define MODEST_W_MIN_LO 1
-#define MODEST_W_MAX_HI MODEST_W_UNIT
-#define MODEST_S_MIN_LO 1
-#define MODEST_S_MIN_HI 64
+_Static_assert((1U << MODEST_W_SCALE) == CCCTL_W_UNIT, "W_min/W_max scale");
 
 /* Per-socket search state (bpf_sk_storage "modest_sk"). */
 struct modest {
@@ -96,17 +86,12 @@ struct modest_params {
 
 static __always_inline struct modest_params modest_params(const struct ccctl_params *p)
 {
-	struct modest_params m = {
-		.w_min = MODEST_W_MIN_DEFAULT,
-		.w_max = MODEST_W_MAX_DEFAULT,
-		.s_min = MODEST_S_MIN_DEFAULT,
-	};
+	struct modest_params m;
 
-	if (!p->version)
-		return m;
-	m.w_max = clamp_u32(p->w_max, MODEST_W_MIN_LO + 1, MODEST_W_MAX_HI);
-	m.w_min = clamp_u32(p->w_min, MODEST_W_MIN_LO, m.w_max - 1);
-	m.s_min = clamp_u32(p->s_min, MODEST_S_MIN_LO, MODEST_S_MIN_HI);
+	/* W_max leaves room for one W_min step below it; W_min stays below W_max. */
+	m.w_max = clamp_u32(p->w_max, CCCTL_PARAM_LO(w_min) + 1, CCCTL_PARAM_HI(w_max));
+	m.w_min = clamp_u32(p->w_min, CCCTL_PARAM_LO(w_min), m.w_max - 1);
+	m.s_min = ccctl_param(p, s_min);
 	return m;
 }
 

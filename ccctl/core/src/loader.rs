@@ -52,22 +52,10 @@ pub fn shared_dir() -> PathBuf {
     pin_root().join("shared")
 }
 
-/// Default parameters (version 1), as the BPF side assumes for version 0.
+/// Default parameters (version 1), as the BPF side assumes for version 0:
+/// every `CCCTL_PARAMS` row's default.
 pub fn default_params() -> abi::ccctl_params {
-    abi::ccctl_params {
-        version: 1,
-        cwnd_gain: 2 * abi::CCCTL_GAIN_UNIT,
-        probe_up_gain: 5 * abi::CCCTL_GAIN_UNIT / 4,
-        w_min: 768,
-        w_max: 1024,
-        s_min: 1,
-        dstar_min_rtt_win_ms: 10_000,
-        dstar_sigma_factor: 2 * abi::CCCTL_GAIN_UNIT,
-        dstar_gain_floor: 4,
-        dstar_drain_rtts: 2,
-        dstar_gain1_rtts: 2,
-        dstar_gain2_rtts: 1,
-    }
+    crate::params::defaults()
 }
 
 /// Size the trace ring buffer: the pinned one's if it exists (libbpf must

@@ -176,7 +176,10 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  *   bbr_hook_init         after BBR's own init of a socket
  *   bbr_hook_after_model  after the model (btl_bw, min_rtt, mode, gains) is
  *                         updated for this ACK, before pacing and cwnd are set;
- *                         gets the ACK's parameter set (see bbr_main)
+ *                         gets the ACK's parameter set (see bbr_main) and
+ *                         returns the variant's per-socket state for this ACK
+ *                         (or NULL), handed to the three hooks below, so a
+ *                         variant looks its state up once per ACK
  *   bbr_hook_pacing_gain  the pacing gain to apply on this ACK
  *   bbr_hook_cwnd         the cwnd BBR chose for this ACK -> the cwnd to use
  *                         (not called in loss recovery's packet conservation)
@@ -194,13 +197,13 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
 static void bbr_reset_probe_bw(struct sock *sk);
 
 static void bbr_hook_init(struct sock *sk);
-static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
-				 const struct ccctl_params *p);
-static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain);
-static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd);
+static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
+				  const struct ccctl_params *p);
+static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v);
+static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v);
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to);
 static void bbr_hook_release(struct sock *sk);
-static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e);
+static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e, void *v);
 
 /* PROBE_BW cwnd gain in force: the params map's, clamped; 2.0 by default. */
 static __always_inline u32 bbr_param_cwnd_gain(const struct ccctl_params *p)
@@ -820,7 +823,7 @@ static bool bbr_cwnd_in_recovery(struct sock *sk, const struct rate_sample *rs,
  * going down; at least 4 packets; 4 packets flat in PROBE_RTT.
  */
 static void bbr_set_cwnd(struct sock *sk, const struct rate_sample *rs,
-			 u32 acked, u32 bw, u32 gain)
+			 u32 acked, u32 bw, u32 gain, void *v)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct bbr *bbr = bbr_of(sk);
@@ -840,7 +843,7 @@ static void bbr_set_cwnd(struct sock *sk, const struct rate_sample *rs,
 	else if (cwnd < target || tp->delivered < TCP_INIT_CWND)
 		cwnd = cwnd + acked; /* STARTUP: grow like slow start */
 	cwnd = max(cwnd, (u32)BBR_CWND_MIN_TARGET);
-	cwnd = bbr_hook_cwnd(sk, rs, cwnd);
+	cwnd = bbr_hook_cwnd(sk, rs, cwnd, v);
 done:
 	cwnd = min(cwnd, tp->snd_cwnd_clamp);
 	if (bbr->mode == BBR_PROBE_RTT)
@@ -855,7 +858,7 @@ done:
  * is the gain this ACK's pacing rate was set with, after the variant's hook
  * (Modest BBR scales BBR's gain by its searched proportion). */
 static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs,
-				      u32 pacing_gain, const struct ccctl_params *p)
+				      u32 pacing_gain, const struct ccctl_params *p, void *v)
 {
 	struct bbr *bbr = bbr_of(sk);
 	struct ccctl_event *e;
@@ -870,7 +873,7 @@ static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample 
 	e->cwnd_gain = bbr->cwnd_gain;
 	/* packets/us << BW_SCALE -> bytes/s, without the pacing margin */
 	e->btl_bw = ((u64)bbr_bw(bbr) * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
-	bbr_hook_trace(sk, e);
+	bbr_hook_trace(sk, e, v);
 	ccctl_trace_commit(e);
 }
 
@@ -881,16 +884,17 @@ static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *
 	struct bbr *bbr = bbr_of(sk);
 	struct ccctl_params p;
 	u32 bw, pacing_gain;
+	void *v;
 
 	ccctl_params_read(&p); /* the one set this ACK acts on */
 	bbr_update_model(sk, rs, &p);
-	bbr_hook_after_model(sk, rs, &p);
+	v = bbr_hook_after_model(sk, rs, &p);
 
 	bw = bbr_bw(bbr);
-	pacing_gain = bbr_hook_pacing_gain(sk, bbr->pacing_gain);
+	pacing_gain = bbr_hook_pacing_gain(sk, bbr->pacing_gain, v);
 	bbr_set_pacing_rate(sk, bw, pacing_gain);
-	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, bbr->cwnd_gain);
-	bbr_trace(sk, rs, pacing_gain, &p);
+	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, bbr->cwnd_gain, v);
+	bbr_trace(sk, rs, pacing_gain, &p, v);
 }
 
 CCCTL_CONG_CONTROL(bbr_cong_control, bbr_main);

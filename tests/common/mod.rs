@@ -8,6 +8,7 @@ pub mod flows;
 pub mod lab;
 pub mod lifecycle;
 pub mod modest;
+pub mod modest_wmax;
 pub mod tracing;
 pub mod tune;
 

@@ -136,18 +136,10 @@
 #define BBR_HIGH_GAIN (BBR_UNIT * 2885 / 1000 + 1)
 /* ln(2)/2: the inverse, to drain one STARTUP's queue in about one round. */
 #define BBR_DRAIN_GAIN (BBR_UNIT * 1000 / 2885)
-/* cwnd gain in PROBE_BW: 2 BDP tolerates delayed and stretched ACKs. */
-#define BBR_CWND_GAIN (BBR_UNIT * 2)
-/* PROBE_BW up-probe and drain phases. */
-#define BBR_PROBE_UP_GAIN (BBR_UNIT * 5 / 4)
+/* PROBE_BW's drain phase.  Its cwnd gain (2 BDP tolerates delayed and
+ * stretched ACKs) and up-probe gain (1.25) are tunable: defaults and bounds
+ * with their reasons in ccctl_abi.h's CCCTL_PARAMS. */
 #define BBR_PROBE_DOWN_GAIN (BBR_UNIT * 3 / 4)
-/* Bounds of the tunable gains.  Below 1.0 BBR cannot keep the pipe full and
- * its delivery-rate samples (hence btl_bw) shrink every round; a cwnd gain
- * above 4 BDP or an up-probe above 2.0 only fills queues. */
-#define BBR_CWND_GAIN_MIN BBR_UNIT
-#define BBR_CWND_GAIN_MAX (BBR_UNIT * 4)
-#define BBR_PROBE_UP_GAIN_MIN BBR_UNIT
-#define BBR_PROBE_UP_GAIN_MAX (BBR_UNIT * 2)
 /* Smallest window, packets: keeps delayed ACKs flowing. */
 #define BBR_CWND_MIN_TARGET 4
 /* Full bandwidth: growth below 25 % ... */
@@ -237,7 +229,11 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  *
  *   bbr_hook_init         after BBR's own init of a socket
  *   bbr_hook_after_model  after the model (btl_bw, min_rtt, mode, gains) is
- *                         updated for this ACK, before pacing and cwnd are set
+ *                         updated for this ACK, before pacing and cwnd are set;
+ *                         gets the ACK's parameter set (see bbr_main) and
+ *                         returns the variant's per-socket state for this ACK
+ *                         (or NULL), handed to the three hooks below, so a
+ *                         variant looks its state up once per ACK
  *   bbr_hook_pacing_gain  the pacing gain to apply on this ACK
  *   bbr_hook_cwnd         the cwnd BBR chose for this ACK -> the cwnd to use
  *                         (not called in loss recovery's packet conservation)
@@ -247,36 +243,32 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  *
  * The PROBE_BW cwnd gain and up-probe pacing gain come from the params map
  * (bbr_param_cwnd_gain, bbr_param_probe_up_gain), clamped to bounds that keep
- * a flow alive and the bottleneck sane whoever wrote the map.
+ * a flow alive and the bottleneck sane whoever wrote the map.  bbr_main
+ * copies the set once per ACK (ccctl_params_read) and hands that copy to
+ * everything that decides on it, the variant's hook and the trace included,
+ * so one ACK never acts on two sets.
  */
 static void bbr_reset_probe_bw(struct sock *sk);
 
 static void bbr_hook_init(struct sock *sk);
-static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs);
-static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain);
-static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd);
+static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
+				  const struct ccctl_params *p);
+static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v);
+static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v);
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to);
 static void bbr_hook_release(struct sock *sk);
-static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e);
+static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e, void *v);
 
 /* PROBE_BW cwnd gain in force: the params map's, clamped; 2.0 by default. */
-static __always_inline u32 bbr_param_cwnd_gain(struct sock *sk)
+static __always_inline u32 bbr_param_cwnd_gain(const struct ccctl_params *p)
 {
-	const struct ccctl_params *p = ccctl_params_get();
-
-	if (!p || !p->version)
-		return BBR_CWND_GAIN;
-	return clamp_u32(p->cwnd_gain, BBR_CWND_GAIN_MIN, BBR_CWND_GAIN_MAX);
+	return ccctl_param(p, cwnd_gain);
 }
 
 /* PROBE_BW up-probe pacing gain in force: the params map's, clamped; 1.25 by default. */
-static __always_inline u32 bbr_param_probe_up_gain(struct sock *sk)
+static __always_inline u32 bbr_param_probe_up_gain(const struct ccctl_params *p)
 {
-	const struct ccctl_params *p = ccctl_params_get();
-
-	if (!p || !p->version)
-		return BBR_PROBE_UP_GAIN;
-	return clamp_u32(p->probe_up_gain, BBR_PROBE_UP_GAIN_MIN, BBR_PROBE_UP_GAIN_MAX);
+	return ccctl_param(p, probe_up_gain);
 }
 
 static __always_inline void bbr_set_mode(struct sock *sk, u8 mode)
@@ -594,10 +586,10 @@ static void bbr_reset_mode(struct sock *sk)
 }
 
 /* Pacing gain of a PROBE_BW phase. */
-static u32 bbr_probe_bw_gain(struct sock *sk, u32 phase)
+static u32 bbr_probe_bw_gain(u32 phase, const struct ccctl_params *p)
 {
 	if (phase == 0)
-		return bbr_param_probe_up_gain(sk);
+		return bbr_param_probe_up_gain(p);
 	if (phase == 1)
 		return BBR_PROBE_DOWN_GAIN;
 	return BBR_UNIT;
@@ -838,7 +830,7 @@ static void bbr_update_min_rtt(struct sock *sk, const struct rate_sample *rs)
 		bbr->idle_restart = 0;
 }
 
-static void bbr_update_gains(struct sock *sk)
+static void bbr_update_gains(struct sock *sk, const struct ccctl_params *p)
 {
 	struct bbr *bbr = bbr_of(sk);
 
@@ -852,8 +844,8 @@ static void bbr_update_gains(struct sock *sk)
 		bbr->cwnd_gain = BBR_HIGH_GAIN;    /* keep cwnd */
 		break;
 	case BBR_PROBE_BW:
-		bbr->pacing_gain = bbr->lt_use_bw ? BBR_UNIT : bbr_probe_bw_gain(sk, bbr->cycle_idx);
-		bbr->cwnd_gain = bbr_param_cwnd_gain(sk);
+		bbr->pacing_gain = bbr->lt_use_bw ? BBR_UNIT : bbr_probe_bw_gain(bbr->cycle_idx, p);
+		bbr->cwnd_gain = bbr_param_cwnd_gain(p);
 		break;
 	case BBR_PROBE_RTT:
 		bbr->pacing_gain = BBR_UNIT;
@@ -862,7 +854,8 @@ static void bbr_update_gains(struct sock *sk)
 	}
 }
 
-static void bbr_update_model(struct sock *sk, const struct rate_sample *rs)
+static void bbr_update_model(struct sock *sk, const struct rate_sample *rs,
+			     const struct ccctl_params *p)
 {
 	bbr_update_bw(sk, rs);
 	bbr_update_ack_aggregation(sk, rs);
@@ -870,7 +863,7 @@ static void bbr_update_model(struct sock *sk, const struct rate_sample *rs)
 	bbr_check_full_bw_reached(sk, rs);
 	bbr_check_drain(sk, rs);
 	bbr_update_min_rtt(sk, rs);
-	bbr_update_gains(sk);
+	bbr_update_gains(sk, p);
 }
 
 /* ---- cwnd -------------------------------------------------------------- */
@@ -916,7 +909,7 @@ static bool bbr_cwnd_in_recovery(struct sock *sk, const struct rate_sample *rs,
  * going down; at least 4 packets; 4 packets flat in PROBE_RTT.
  */
 static void bbr_set_cwnd(struct sock *sk, const struct rate_sample *rs,
-			 u32 acked, u32 bw, u32 gain)
+			 u32 acked, u32 bw, u32 gain, void *v)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct bbr *bbr = bbr_of(sk);
@@ -936,7 +929,7 @@ static void bbr_set_cwnd(struct sock *sk, const struct rate_sample *rs,
 	else if (cwnd < target || tp->delivered < TCP_INIT_CWND)
 		cwnd = cwnd + acked; /* STARTUP: grow like slow start */
 	cwnd = max(cwnd, (u32)BBR_CWND_MIN_TARGET);
-	cwnd = bbr_hook_cwnd(sk, rs, cwnd);
+	cwnd = bbr_hook_cwnd(sk, rs, cwnd, v);
 done:
 	cwnd = min(cwnd, tp->snd_cwnd_clamp);
 	if (bbr->mode == BBR_PROBE_RTT)
@@ -951,23 +944,22 @@ done:
  * is the gain this ACK's pacing rate was set with, after the variant's hook
  * (Modest BBR scales BBR's gain by its searched proportion). */
 static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs,
-				      u32 pacing_gain)
+				      u32 pacing_gain, const struct ccctl_params *p, void *v)
 {
-	const struct ccctl_params *p;
 	struct bbr *bbr = bbr_of(sk);
 	struct ccctl_event *e;
 
 	e = ccctl_trace_begin(sk, rs, CCCTL_ALGO_ID, 0);
 	if (!e)
 		return;
-	p = ccctl_params_get();
-	e->param_version = p ? p->version : 0;
+	e->param_version = p->version;
+	e->param_digest = ccctl_params_digest(p);
 	e->bbr_mode = bbr->mode;
 	e->pacing_gain = pacing_gain;
 	e->cwnd_gain = bbr->cwnd_gain;
 	/* packets/us << BW_SCALE -> bytes/s, without the pacing margin */
 	e->btl_bw = ((u64)bbr_bw(bbr) * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
-	bbr_hook_trace(sk, e);
+	bbr_hook_trace(sk, e, v);
 	ccctl_trace_commit(e);
 }
 
@@ -976,16 +968,19 @@ static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample 
 static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *rs)
 {
 	struct bbr *bbr = bbr_of(sk);
+	struct ccctl_params p;
 	u32 bw, pacing_gain;
+	void *v;
 
-	bbr_update_model(sk, rs);
-	bbr_hook_after_model(sk, rs);
+	ccctl_params_read(&p); /* the one set this ACK acts on */
+	bbr_update_model(sk, rs, &p);
+	v = bbr_hook_after_model(sk, rs, &p);
 
 	bw = bbr_bw(bbr);
-	pacing_gain = bbr_hook_pacing_gain(sk, bbr->pacing_gain);
+	pacing_gain = bbr_hook_pacing_gain(sk, bbr->pacing_gain, v);
 	bbr_set_pacing_rate(sk, bw, pacing_gain);
-	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, bbr->cwnd_gain);
-	bbr_trace(sk, rs, pacing_gain);
+	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, bbr->cwnd_gain, v);
+	bbr_trace(sk, rs, pacing_gain, &p, v);
 }
 
 CCCTL_CONG_CONTROL(bbr_cong_control, bbr_main);

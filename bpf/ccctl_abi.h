@@ -15,6 +15,7 @@
 
 #ifndef __CCCTL_KERNEL_TYPES_H
 #include <linux/types.h>
+#include <linux/bpf.h> /* struct bpf_spin_lock (kernel_types.h has it for BPF) */
 #endif
 
 /* Kernel name length, TCP_CA_NAME_MAX. */
@@ -74,28 +75,131 @@ struct ccctl_meta {
 /* Fixed-point units of the BBR family: gains x 256 (BBR_UNIT). */
 #define CCCTL_GAIN_UNIT 256
 
+/* Fixed-point unit of Modest BBR's W_min and W_max: fractions x 1024. */
+#define CCCTL_W_UNIT 1024
+
+/* Which algorithms have a parameter (CCCTL_PARAMS' algos): 1 << CCCTL_ALGO_*. */
+#define CCCTL_ALGOS_BBR_FAMILY ((1u << CCCTL_ALGO_BBR) | (1u << CCCTL_ALGO_MODEST_BBR))
+#define CCCTL_ALGOS_MODEST (1u << CCCTL_ALGO_MODEST_BBR)
+#define CCCTL_ALGOS_DSTAR (1u << CCCTL_ALGO_DSTAR)
+
 /*
- * Tunable parameters of one algorithm: its pinned "params" map (one entry).
- * ccctl writes a whole entry at once with `version` bumped, so a flow sees
- * either the old or the new set; the BPF side clamps every value to safe
- * bounds on read, so a map written by anyone else cannot stall or explode
- * a flow.  Fields an algorithm does not use are ignored by it.
+ * Every tunable parameter, defined here once.  Each X(...) row is:
+ *
+ *   field    the __u32 in struct ccctl_params (fixed point, `scale` per 1)
+ *   name     in configs, JSON and messages;  flag  ccctl's --flag
+ *   algos    CCCTL_ALGOS_*: which algorithms read it
+ *   scale    fixed-point units per real unit (1 for whole numbers)
+ *   def      default, fixed point: what the BPF side uses at version 0
+ *   lo, lo_x lower bound, fixed point; lo_x = 1: exclusive (lo itself refused)
+ *   hi, hi_x upper bound, likewise
+ *   whole    1: a whole number of real units
+ *   unit     real unit, for display;  doc  one line for --help and tune
+ *
+ * From this list: the struct's fields (below), the BPF defaults and clamp
+ * bounds (enum ccctl_param_bounds: a map written by anyone else is clamped
+ * to [lo + lo_x, hi - hi_x] on every read), and, through ccctl/core's
+ * build.rs (which compiles a small C program against this header and runs
+ * it), ccctl's table params::ALL, each algorithm's parameter list and so
+ * the CLI flags and their error messages.  Adding a parameter is one row
+ * here, at the end of its algorithm's block (the struct's layout is the
+ * list's order); the algorithm then reads it with ccctl_param(p, field).
+ * Relations between parameters (w_min < w_max) are checked by ccctl and
+ * clamped by the algorithm itself.
  */
+#define CCCTL_PARAMS(X)                                                                            \
+	/* BBR family.  Below 1.0 BBR cannot keep the pipe full and its delivery-rate samples     \
+	 * (hence btl_bw) shrink every round; a cwnd gain above 4 BDP or an up-probe above 2.0    \
+	 * only fills queues.  Defaults are tcp_bbr.c's 2 and 1.25. */                            \
+	X(cwnd_gain, "cwnd_gain", "cwnd-gain", CCCTL_ALGOS_BBR_FAMILY, CCCTL_GAIN_UNIT,            \
+	  2 * CCCTL_GAIN_UNIT, CCCTL_GAIN_UNIT, 0, 4 * CCCTL_GAIN_UNIT, 0, 0, "x BDP",              \
+	  "PROBE_BW cwnd gain: in-flight cap in BDPs")                                             \
+	X(probe_up_gain, "probe_up_gain", "probe-up-gain", CCCTL_ALGOS_BBR_FAMILY, CCCTL_GAIN_UNIT, \
+	  5 * CCCTL_GAIN_UNIT / 4, CCCTL_GAIN_UNIT, 0, 2 * CCCTL_GAIN_UNIT, 0, 0, "x btl_bw",       \
+	  "PROBE_BW up-probe pacing gain")                                                         \
+	/* Modest BBR (Sec. III-C): W_min 0.75, BBR's own drain gain; W_max 1, never above BBR's  \
+	 * window; S_min 1 packet, the conservative step, above 64 per ACK is slow start.  W_min  \
+	 * above 0 (its smallest is the map's step, 1/1024; the searched window never drops      \
+	 * below BBR's 4 packets). */                                                             \
+	X(w_min, "w_min", "wmin", CCCTL_ALGOS_MODEST, CCCTL_W_UNIT, CCCTL_W_UNIT * 3 / 4, 0, 1,    \
+	  CCCTL_W_UNIT, 1, 0, "x BDP",                                                             \
+	  "Modest BBR: lower end of the window search, fraction of BBR's in-flight window "        \
+	  "(BtlBw x RTprop)")                                                                      \
+	X(w_max, "w_max", "wmax", CCCTL_ALGOS_MODEST, CCCTL_W_UNIT, CCCTL_W_UNIT, 0, 1,            \
+	  CCCTL_W_UNIT, 0, 0, "x BDP",                                                             \
+	  "Modest BBR: upper end of the window search, fraction of BBR's in-flight window "        \
+	  "(BtlBw x RTprop)")                                                                      \
+	X(s_min, "s_min", "smin", CCCTL_ALGOS_MODEST, 1, 1, 1, 0, 64, 0, 1, "packets",             \
+	  "Modest BBR: smallest window search step")                                               \
+	/* TCP D*.  Min-RTT window: Fig. 1's 10 s, from 10 ms (tests force DRAIN with it) to      \
+	 * 10 min (longer only means stale paths).  Deviation factor: Fig. 1's 2; 0 probes by    \
+	 * the floor only, above 8 one noisy sample could take the whole BDP again and again.    \
+	 * gain_cwnd floor: Sec. 3.2.4's 4; 1 is the least that still probes, 64 is a standing   \
+	 * queue per flow.  Mode lengths (Fig. 1: DRAIN 2, GAIN 1 2, GAIN 2 1), 1 to 16 RTTs. */  \
+	X(dstar_min_rtt_win_ms, "min_rtt_win_ms", "min-rtt-win-ms", CCCTL_ALGOS_DSTAR, 1, 10000,   \
+	  10, 0, 600000, 0, 1, "ms",                                                               \
+	  "TCP D*: min RTT expires after this long without a refresh (then cwnd 4, DRAIN)")       \
+	X(dstar_sigma_factor, "sigma_factor", "sigma-factor", CCCTL_ALGOS_DSTAR, CCCTL_GAIN_UNIT,  \
+	  2 * CCCTL_GAIN_UNIT, 0, 0, 8 * CCCTL_GAIN_UNIT, 0, 0, "x sigma",                          \
+	  "TCP D*: deviation factor, gain_cwnd = floor + min(factor x |BDP - last BDP|, BDP)")     \
+	X(dstar_gain_floor, "gain_floor", "gain-floor", CCCTL_ALGOS_DSTAR, 1, 4, 1, 0, 64, 0, 1,   \
+	  "packets", "TCP D*: smallest gain_cwnd, the packets probed above the BDP")              \
+	X(dstar_drain_rtts, "drain_rtts", "drain-rtts", CCCTL_ALGOS_DSTAR, 1, 2, 1, 0, 16, 0, 1,   \
+	  "RTTs", "TCP D*: DRAIN lasts more than this many RTTs")                                 \
+	X(dstar_gain1_rtts, "gain1_rtts", "gain1-rtts", CCCTL_ALGOS_DSTAR, 1, 2, 1, 0, 16, 0, 1,   \
+	  "RTTs", "TCP D*: GAIN 1 (settling at the new window) lasts more than this many RTTs")   \
+	X(dstar_gain2_rtts, "gain2_rtts", "gain2-rtts", CCCTL_ALGOS_DSTAR, 1, 1, 1, 0, 16, 0, 1,   \
+	  "RTTs",                                                                                  \
+	  "TCP D*: GAIN 2 (counting delivered packets for eq. 1) lasts more than this many RTTs")
+
+/*
+ * Tunable parameters of one algorithm: its pinned "params" map (one entry of
+ * struct ccctl_params_entry), one __u32 per CCCTL_PARAMS row after the
+ * version.  ccctl writes a whole set at once with `version` bumped; the BPF
+ * side clamps every value to the row's bounds on read, so a map written by
+ * anyone else cannot stall or explode a flow.  Fields an algorithm does not
+ * use are ignored by it.
+ */
+#define CCCTL_PARAM_FIELD(field, ...) __u32 field;
 struct ccctl_params {
-	__u32 version;       /* bumped on every write; 0 = defaults never written */
-	__u32 cwnd_gain;     /* x CCCTL_GAIN_UNIT; BBR default 2.0 */
-	__u32 probe_up_gain; /* ProbeBW up-probe pacing gain x CCCTL_GAIN_UNIT; default 1.25 */
-	__u32 w_min;         /* Modest BBR W_min x 1024 */
-	__u32 w_max;         /* Modest BBR W_max x 1024 */
-	__u32 s_min;         /* Modest BBR S_min, packets */
-	/* TCP D* (dstar.bpf.c clamps each on read; bounds there and in params.rs) */
-	__u32 dstar_min_rtt_win_ms; /* min-RTT expiry, ms; default 10000 (Fig. 1's 10 s) */
-	__u32 dstar_sigma_factor;   /* deviation factor x CCCTL_GAIN_UNIT; default 2.0 (512) */
-	__u32 dstar_gain_floor;     /* gain_cwnd floor, packets; default 4 */
-	__u32 dstar_drain_rtts;     /* DRAIN length, RTTs; default 2 */
-	__u32 dstar_gain1_rtts;     /* GAIN 1 length, RTTs; default 2 */
-	__u32 dstar_gain2_rtts;     /* GAIN 2 length, RTTs; default 1 */
+	__u32 version; /* bumped on every write; 0 = never written: defaults */
+	CCCTL_PARAMS(CCCTL_PARAM_FIELD)
 };
+
+/* Each row's default and clamp bounds, fixed point, as constants the BPF
+ * side reads through CCCTL_PARAM_DEFAULT(field), _LO(field), _HI(field). */
+#define CCCTL_PARAM_BOUNDS(field, name, flag, algos, scale, def, lo, lo_x, hi, hi_x, ...) \
+	ccctl_param_default_##field = (def), ccctl_param_lo_##field = (lo) + (lo_x),        \
+	ccctl_param_hi_##field = (hi) - (hi_x),
+enum ccctl_param_bounds { CCCTL_PARAMS(CCCTL_PARAM_BOUNDS) };
+#define CCCTL_PARAM_DEFAULT(field) ((__u32)ccctl_param_default_##field)
+#define CCCTL_PARAM_LO(field) ((__u32)ccctl_param_lo_##field)
+#define CCCTL_PARAM_HI(field) ((__u32)ccctl_param_hi_##field)
+
+/*
+ * The params map's value: the set behind a BPF spin lock, so that a flow
+ * sees the old set or the new one, never a mix.  An array-map update copies
+ * the value in place, and a flow reading during that copy would see half of
+ * each; with the lock, ccctl writes (and reads) with BPF_F_LOCK, the kernel
+ * copies under the lock, and each per-ACK callback copies the whole set out
+ * under the same lock once (ccctl_params_read) and uses only that copy.
+ * struct_ops programs may take a bpf_spin_lock on 6.1 and on 6.18 (only
+ * socket filters, tracing and sleepable programs may not).  A writer that
+ * does not pass BPF_F_LOCK (a bare `bpftool map update`) bypasses the lock.
+ */
+struct ccctl_params_entry {
+	struct bpf_spin_lock lock;
+	struct ccctl_params p;
+};
+
+/*
+ * ccctl_event.param_digest: FNV-1a (32 bit) over the set the callback used,
+ * taken as the __u32 words of struct ccctl_params in order, version
+ * included.  With param_version it identifies a whole set, so a trace shows
+ * whether any ACK ever saw half of one set and half of another.
+ */
+#define CCCTL_PARAM_DIGEST_BASIS 2166136261u
+#define CCCTL_PARAM_DIGEST_PRIME 16777619u
 
 /*
  * Per-ACK tracing.  Every algorithm emits one struct ccctl_event per call of
@@ -169,7 +273,7 @@ struct ccctl_event {
 	__u16 pad0;
 	__u32 pacing_gain;    /* x CCCTL_GAIN_UNIT, as applied on this ACK */
 	__u32 cwnd_gain;      /* x CCCTL_GAIN_UNIT */
-	__u32 pad1;
+	__u32 param_digest;   /* CCCTL_PARAM_DIGEST of the set in force on this ACK */
 	__u64 btl_bw;         /* bottleneck bandwidth estimate, bytes/s */
 	/* Modest BBR (0 where it does not apply) */
 	__u32 min_win;        /* packets */

@@ -39,7 +39,7 @@ struct {
 } meta SEC(".maps");
 
 /*
- * Tunable parameters (one entry of struct ccctl_params), pinned beside the
+ * Tunable parameters (one struct ccctl_params_entry), pinned beside the
  * registration as "params"; version 0 means never written: defaults.
  * Readers must clamp every value (see each algorithm's bounds).
  */
@@ -47,14 +47,51 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, struct ccctl_params);
+	__type(value, struct ccctl_params_entry);
 } params SEC(".maps");
 
-static __always_inline const struct ccctl_params *ccctl_params_get(void)
+/*
+ * The set in force, copied out whole under the entry's spin lock (ccctl
+ * writes it with BPF_F_LOCK, see ccctl_abi.h): a callback reads it once and
+ * uses that copy for every decision it makes, so nothing it does mixes two
+ * sets.  A set never written (version 0), or a map that cannot be read,
+ * gives CCCTL_PARAMS' defaults with version 0.  The critical section is the
+ * copy alone, a dozen loads and stores.
+ */
+#define CCCTL_PARAM_SET_DEFAULT(field, ...) out->field = CCCTL_PARAM_DEFAULT(field);
+static __always_inline void ccctl_params_read(struct ccctl_params *out)
 {
+	struct ccctl_params_entry *e;
 	u32 zero = 0;
 
-	return bpf_map_lookup_elem(&params, &zero);
+	e = bpf_map_lookup_elem(&params, &zero);
+	if (e) {
+		bpf_spin_lock(&e->lock);
+		*out = e->p;
+		bpf_spin_unlock(&e->lock);
+		if (out->version)
+			return;
+	}
+	out->version = 0;
+	CCCTL_PARAMS(CCCTL_PARAM_SET_DEFAULT)
+}
+
+/* A parameter of the set, clamped to its CCCTL_PARAMS bounds. */
+#define ccctl_param(p, field) clamp_u32((p)->field, CCCTL_PARAM_LO(field), CCCTL_PARAM_HI(field))
+
+/* ccctl_event.param_digest: FNV-1a over the set's __u32 words, in order. */
+static __always_inline u32 ccctl_params_digest(const struct ccctl_params *p)
+{
+	const u32 *w = (const u32 *)p;
+	u32 h = CCCTL_PARAM_DIGEST_BASIS;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < (int)(sizeof(*p) / sizeof(u32)); i++) {
+		h ^= w[i];
+		h *= CCCTL_PARAM_DIGEST_PRIME;
+	}
+	return h;
 }
 
 static __always_inline u32 clamp_u32(u32 v, u32 lo, u32 hi)

@@ -112,29 +112,13 @@
 /* Window in DRAIN and after a min-RTT timeout, packets: "all but the minimum
  * number of packets necessary for feedback" (Sec. 3.2.1), 2 delayed ACKs. */
 #define DSTAR_MIN_CWND 4
-/* Min-RTT window, ms: Fig. 1's 10 s; tunable from 10 ms (tests force
- * DRAIN with it) up to 10 min (longer only means stale paths). */
-#define DSTAR_MIN_RTT_WIN_MS 10000
-#define DSTAR_MIN_RTT_WIN_MS_LO 10
-#define DSTAR_MIN_RTT_WIN_MS_HI 600000
-/* Deviation factor applied to sigma, x DSTAR_FACTOR_UNIT: Fig. 1's 2.
- * 0 probes by the floor only; above 8 one noisy sample could take the whole
- * BDP again and again (gain_cwnd is capped at the BDP anyway). */
+/* The tunables (min-RTT window, Fig. 1's 10 s; deviation factor, Fig. 1's
+ * 2; gain_cwnd floor, Sec. 3.2.4's 4; mode lengths, Fig. 1's 2, 2 and 1
+ * RTTs): defaults and bounds, with their reasons, in ccctl_abi.h's
+ * CCCTL_PARAMS.  The deviation factor is x DSTAR_FACTOR_UNIT. */
 #define DSTAR_FACTOR_SCALE 8
 #define DSTAR_FACTOR_UNIT (1U << DSTAR_FACTOR_SCALE) /* = CCCTL_GAIN_UNIT */
-#define DSTAR_SIGMA_FACTOR (2 * DSTAR_FACTOR_UNIT)
-#define DSTAR_SIGMA_FACTOR_HI (8 * DSTAR_FACTOR_UNIT)
-/* gain_cwnd floor, packets: Sec. 3.2.4's 4 keeps probing at low variance;
- * 1 is the least that still probes, 64 is a standing queue per flow. */
-#define DSTAR_GAIN_FLOOR 4
-#define DSTAR_GAIN_FLOOR_LO 1
-#define DSTAR_GAIN_FLOOR_HI 64
-/* Mode lengths, RTTs (Fig. 1: DRAIN 2, GAIN 1 2, GAIN 2 1); 1 to 16. */
-#define DSTAR_DRAIN_RTTS 2
-#define DSTAR_GAIN1_RTTS 2
-#define DSTAR_GAIN2_RTTS 1
-#define DSTAR_RTTS_LO 1
-#define DSTAR_RTTS_HI 16
+#define DSTAR_GAIN_FLOOR CCCTL_PARAM_DEFAULT(dstar_gain_floor)
 /* RTT assumed before any sample or srtt, us. */
 #define DSTAR_RTT_UNKNOWN_US USEC_PER_MSEC
 
@@ -182,28 +166,18 @@ struct dstar_params {
 	u32 version;
 };
 
-static __always_inline struct dstar_params dstar_params(void)
+static __always_inline struct dstar_params dstar_params(const struct ccctl_params *p)
 {
-	const struct ccctl_params *p = ccctl_params_get();
 	struct dstar_params d = {
-		.min_rtt_win_ms = DSTAR_MIN_RTT_WIN_MS,
-		.sigma_factor = DSTAR_SIGMA_FACTOR,
-		.gain_floor = DSTAR_GAIN_FLOOR,
-		.drain_rtts = DSTAR_DRAIN_RTTS,
-		.gain1_rtts = DSTAR_GAIN1_RTTS,
-		.gain2_rtts = DSTAR_GAIN2_RTTS,
+		.version = p->version,
+		.min_rtt_win_ms = ccctl_param(p, dstar_min_rtt_win_ms),
+		.sigma_factor = ccctl_param(p, dstar_sigma_factor),
+		.gain_floor = ccctl_param(p, dstar_gain_floor),
+		.drain_rtts = ccctl_param(p, dstar_drain_rtts),
+		.gain1_rtts = ccctl_param(p, dstar_gain1_rtts),
+		.gain2_rtts = ccctl_param(p, dstar_gain2_rtts),
 	};
 
-	if (!p || !p->version)
-		return d;
-	d.version = p->version;
-	d.min_rtt_win_ms = clamp_u32(p->dstar_min_rtt_win_ms, DSTAR_MIN_RTT_WIN_MS_LO,
-				     DSTAR_MIN_RTT_WIN_MS_HI);
-	d.sigma_factor = clamp_u32(p->dstar_sigma_factor, 0, DSTAR_SIGMA_FACTOR_HI);
-	d.gain_floor = clamp_u32(p->dstar_gain_floor, DSTAR_GAIN_FLOOR_LO, DSTAR_GAIN_FLOOR_HI);
-	d.drain_rtts = clamp_u32(p->dstar_drain_rtts, DSTAR_RTTS_LO, DSTAR_RTTS_HI);
-	d.gain1_rtts = clamp_u32(p->dstar_gain1_rtts, DSTAR_RTTS_LO, DSTAR_RTTS_HI);
-	d.gain2_rtts = clamp_u32(p->dstar_gain2_rtts, DSTAR_RTTS_LO, DSTAR_RTTS_HI);
 	return d;
 }
 
@@ -384,12 +358,13 @@ static void dstar_cycle(struct sock *sk, struct dstar *ds, const struct dstar_pa
 /* ---- per-ACK trace ---------------------------------------------------------- */
 
 static __always_inline void dstar_trace(struct sock *sk, const struct rate_sample *rs,
-					const struct dstar *ds, u32 version)
+					const struct dstar *ds, const struct ccctl_params *params)
 {
-	struct ccctl_event *e = ccctl_trace_begin(sk, rs, CCCTL_ALGO_DSTAR, version);
+	struct ccctl_event *e = ccctl_trace_begin(sk, rs, CCCTL_ALGO_DSTAR, params->version);
 
 	if (!e)
 		return;
+	e->param_digest = ccctl_params_digest(params);
 	e->dstar_mode = ds->mode;
 	e->dstar_slow_start = ds->slow_start;
 	e->dstar_bdp = ds->bdp;
@@ -409,16 +384,19 @@ static __always_inline void dstar_main(struct sock *sk, const struct rate_sample
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct dstar *ds = dstar_of(sk);
-	struct dstar_params p = dstar_params();
+	struct ccctl_params params;
+	struct dstar_params p;
 	u64 now = tp->tcp_mstamp;
 
+	ccctl_params_read(&params); /* the one set this ACK acts on */
+	p = dstar_params(&params);
 	dstar_update_rtt(sk, ds, rs);
 	dstar_update_min_rtt(ds, rs, now);
 	if (ds->slow_start && rs->losses > 0)
 		dstar_end_slow_start(sk, ds, &p, now);
 	dstar_cycle(sk, ds, &p, now);
 	tcp_snd_cwnd_set(tp, ds->cwnd);
-	dstar_trace(sk, rs, ds, p.version);
+	dstar_trace(sk, rs, ds, &params);
 }
 
 CCCTL_CONG_CONTROL(dstar_cong_control, dstar_main);
@@ -447,8 +425,11 @@ SEC("struct_ops")
 u32 BPF_PROG(dstar_ssthresh, struct sock *sk)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
-	struct dstar_params p = dstar_params();
+	struct ccctl_params params;
+	struct dstar_params p;
 
+	ccctl_params_read(&params);
+	p = dstar_params(&params);
 	dstar_end_slow_start(sk, dstar_of(sk), &p, tp->tcp_mstamp);
 	return tp->snd_ssthresh;
 }

@@ -38,6 +38,12 @@ typedef _Bool bool;
 #define true 1
 #define false 0
 
+/* uapi (include/uapi/linux/bpf.h): a lock inside a map value, taken with
+ * bpf_spin_lock() and by the kernel for BPF_F_LOCK map reads and writes. */
+struct bpf_spin_lock {
+	__u32 val;
+};
+
 /* uapi constants (include/uapi/linux/bpf.h) */
 enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,

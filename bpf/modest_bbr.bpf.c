@@ -23,49 +23,76 @@
  *             round": yes -> max_win = midpoint, cwnd = max_win;
  *             no -> min_win = midpoint, cwnd = min_win.  When
  *             max_win - min_win <= S_min the search is done.
- *   LINEAR    cwnd grows by S_min per ACK, never above last_cwnd, i.e.
- *             never above the window BBR itself chose; the next
+ *   LINEAR    cwnd grows by S_min per ACK up to last_cwnd x W_max; the next
  *             retransmission starts a new search from the window then.
- *             At last_cwnd, with no retransmission and no queue in the
- *             RTT, it goes on growing by S_min per round trip (last_cwnd
- *             with it), so a window taken at a bad moment cannot pin the
- *             flow; BBR's own window stays the upper bound.
+ *             There, with no retransmission and no queue in the RTT,
+ *             last_cwnd grows by S_min per round trip and cwnd stays at
+ *             W_max of it, so a window taken at a bad moment cannot pin
+ *             the flow.
+ *
+ * Sec. III-B's Proportion is in [W_min, W_max] everywhere: the search
+ * starts at or below W_max x last_cwnd, its bounds only narrow, the linear
+ * phase stops at W_max x last_cwnd, and a W_max tuned lower mid-search
+ * takes effect on the next ACK.  Only BBR's 4-packet floor can sit above it
+ * (last_cwnd x W_max below 4 packets).  BBR's own window is always an upper
+ * bound too: cwnd = min(BBR's cwnd, the search's).
  *
  * Eq. 1: pacing rate = BtlBw x RTprop x Proportion.  The pacing gain is
  * scaled by the same proportion as the window (cwnd / last_cwnd), so
  * Modest BBR does not keep pacing at BBR's full rate behind a smaller
  * window.  Leaving PROBE_BW ends the search and restores last_cwnd (the
- * PROBE_RTT exit then restores it as BBR's saved window).  BBR's own
- * window is always an upper bound: cwnd = min(BBR's cwnd, the search's).
+ * PROBE_RTT exit then restores it as BBR's saved window).
  *
- * Alg. 1 as printed tests "bin_p = 0" on line 7, the branch that runs the
- * binary search; the text around it says that search runs while bin_p = 1
- * (bin_p is set on line 2 to enter it and cleared on line 17 to leave it).
- * We implement the described behaviour: the search steps while in BINARY.
+ * Departures from Alg. 1 and eq. 1 as printed, and why (also in the
+ * README's algorithm table):
+ *   1. The window a proportion is taken of is the data BBR keeps in flight,
+ *      BtlBw x RTprop (BDP at gain 1 plus its quantization budget), not
+ *      tp's cwnd (BBR's 2 x BDP cap, seldom reached by a paced flow): over
+ *      the cap the search changed nothing, 556 retransmissions to
+ *      bpf_bbr's 319 on 20 Mbit/s, 40 ms, 0.25 BDP (modest_bbr_window).
+ *   2. One search step per round trip, on the round's yes/no ("was there
+ *      a retransmission in this round"), not one per ACK: per ACK, one
+ *      loss episode would halve the window once per ACK of the round that
+ *      reports it, and the search would end before the smaller window was
+ *      ever tried.
+ *   3. The round the search began in is skipped: its ACKs still carry the
+ *      retransmissions of the loss that started the search, so its answer
+ *      would always be "yes" whatever the new window does.
+ *   4. Growth at the top (not in Alg. 1, which holds last_cwnd for good):
+ *      with no retransmission and no queue, last_cwnd grows by S_min per
+ *      round (LINEAR above, modest_linear); without it a flow stayed
+ *      pinned at 4 of 10 Mbit/s after one early loss.
+ *   5. "A retransmission" is tp->total_retrans changing since the previous
+ *      ACK (every retransmitted segment, fast or RTO), the kernel's own
+ *      counter a BPF program can read; Alg. 1 names no counter.
+ *   6. Alg. 1 line 7 tests "bin_p = 0" for the branch that runs the binary
+ *      search; its text says the search runs while bin_p = 1 (set on line
+ *      2 to enter it, cleared on line 17 to leave it).  We implement the
+ *      described behaviour: the search steps while in BINARY.
+ *   7. Eq. 1 is applied as BBR's pacing gain x the proportion, so BBR's
+ *      gain cycle (1.25, 0.75, 1, ...) goes on, scaled, rather than a flat
+ *      BtlBw x Proportion.
+ *   8. Leaving PROBE_BW (for PROBE_RTT) ends the search and hands BBR back
+ *      last_cwnd; Alg. 1 does not say what a mode change does.
+ *   9. W_max enters where Alg. 1 has 1: line 5's first midpoint is
+ *      (last_cwnd x W_max + min_win) / 2 and line 20's linear phase stops
+ *      at last_cwnd x W_max, not last_cwnd, so that Sec. III-B's
+ *      "Proportion in [W_min, W_max]" holds (identical at the default 1).
  *
  * Parameters come from the params map (ccctl tune): W_min, W_max (x 1024),
  * S_min (packets), and the BBR gains every BBR-based algorithm has; all
- * clamped on read.  The per-socket search state does not fit beside
- * struct bbr in icsk_ca_priv's 104 bytes and lives in bpf_sk_storage.
+ * clamped on read (bounds in ccctl_abi.h's CCCTL_PARAMS).  The per-socket
+ * search state does not fit beside struct bbr in icsk_ca_priv's 104 bytes
+ * and lives in bpf_sk_storage, looked up once per ACK.
  */
 #define CCCTL_ALGO_ID CCCTL_ALGO_MODEST_BBR
 #include "bbr_core.h"
 
-/* W_min and W_max are fractions x 1024. */
+/* W_min and W_max are fractions x 1024 (CCCTL_W_UNIT).  Their defaults
+ * (Sec. III-C: W_min 0.75, W_max 1, S_min 1 packet) and bounds, with the
+ * reasons, are in ccctl_abi.h's CCCTL_PARAMS. */
 #define MODEST_W_SCALE 10
-#define MODEST_W_UNIT (1U << MODEST_W_SCALE)
-/* Defaults (Sec. III-C): W_min = 0.75, BBR's own drain gain; W_max = 1,
- * never above BBR's window; S_min = 1 packet, the conservative step. */
-#define MODEST_W_MIN_DEFAULT (MODEST_W_UNIT * 3 / 4)
-#define MODEST_W_MAX_DEFAULT MODEST_W_UNIT
-#define MODEST_S_MIN_DEFAULT 1
-/* Clamps on whatever is in the map: W_min above 0 (the search window itself
- * never drops below BBR's 4-packet floor); W_max above 1 would exceed
- * BBR's window; S_min above 64 packets per ACK is slow start. */
-#define MODEST_W_MIN_LO 1
-#define MODEST_W_MAX_HI MODEST_W_UNIT
-#define MODEST_S_MIN_LO 1
-#define MODEST_S_MIN_HI 64
+_Static_assert((1U << MODEST_W_SCALE) == CCCTL_W_UNIT, "W_min/W_max scale");
 
 /* Per-socket search state (bpf_sk_storage "modest_sk"). */
 struct modest {
@@ -94,20 +121,14 @@ struct modest_params {
 	u32 s_min;
 };
 
-static __always_inline struct modest_params modest_params(void)
+static __always_inline struct modest_params modest_params(const struct ccctl_params *p)
 {
-	const struct ccctl_params *p = ccctl_params_get();
-	struct modest_params m = {
-		.w_min = MODEST_W_MIN_DEFAULT,
-		.w_max = MODEST_W_MAX_DEFAULT,
-		.s_min = MODEST_S_MIN_DEFAULT,
-	};
+	struct modest_params m;
 
-	if (!p || !p->version)
-		return m;
-	m.w_max = clamp_u32(p->w_max, MODEST_W_MIN_LO + 1, MODEST_W_MAX_HI);
-	m.w_min = clamp_u32(p->w_min, MODEST_W_MIN_LO, m.w_max - 1);
-	m.s_min = clamp_u32(p->s_min, MODEST_S_MIN_LO, MODEST_S_MIN_HI);
+	/* W_max leaves room for one W_min step below it; W_min stays below W_max. */
+	m.w_max = clamp_u32(p->w_max, CCCTL_PARAM_LO(w_min) + 1, CCCTL_PARAM_HI(w_max));
+	m.w_min = clamp_u32(p->w_min, CCCTL_PARAM_LO(w_min), m.w_max - 1);
+	m.s_min = ccctl_param(p, s_min);
 	return m;
 }
 
@@ -177,24 +198,87 @@ static void modest_search_step(struct modest *m, const struct modest_params *p)
 		m->phase = CCCTL_MODEST_LINEAR;
 }
 
-/* Runs on every ACK after BBR has updated its model. */
-static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs)
+/* Sec. III-B: Proportion in [W_min, W_max], so the searched window is
+ * never above W_max x last_cwnd (nor below BBR's 4 packets). */
+static __always_inline u32 modest_top(const struct modest *m, const struct modest_params *p)
+{
+	return max((m->last_cwnd * p->w_max) >> MODEST_W_SCALE, (u32)BBR_CWND_MIN_TARGET);
+}
+
+/* Leaving PROBE_BW (for PROBE_RTT: BBR v1 leaves it for nothing else) ends
+ * the search and gives BBR back last_cwnd: now, and as the window PROBE_RTT
+ * restores on its exit (BBR saved the searched one on entering it). */
+static void modest_end_search(struct sock *sk, struct modest *m)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct bbr *bbr = bbr_of(sk);
+
+	m->phase = CCCTL_MODEST_INACTIVE;
+	if (m->last_cwnd > tcp_snd_cwnd(tp))
+		tcp_snd_cwnd_set(tp, min(m->last_cwnd, tp->snd_cwnd_clamp));
+	if (bbr->mode == BBR_PROBE_RTT)
+		bbr->prior_cwnd = max(bbr->prior_cwnd, m->last_cwnd);
+}
+
+/* Alg. 1 lines 20-23: + S_min per ACK up to W_max x last_cwnd. */
+static void modest_linear(struct sock *sk, const struct rate_sample *rs, struct modest *m,
+			  const struct modest_params *p)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct bbr *bbr = bbr_of(sk);
+	u32 top = modest_top(m, p);
+
+	if (m->cwnd < top) {
+		m->cwnd = min(m->cwnd + p->s_min, top);
+		return;
+	}
+	/* At the top, no retransmission, and the round's RTT sample shows no
+	 * queue at the bottleneck (within 1/8 of min_rtt): the searched window,
+	 * not the path, is what limits the flow, so last_cwnd grows by S_min
+	 * per round trip and the window with it, still at W_max of it (BBR's
+	 * own window stays the upper bound).  Holding last_cwnd for good
+	 * pinned a flow to a window taken from one early loss: capped, its
+	 * deliveries cannot show more bandwidth, with the queue empty min_rtt
+	 * never expires and PROBE_RTT never comes to end the search (a VM flow
+	 * stayed at 4 of 10 Mbit/s with a single retransmission).  Growing
+	 * whatever the queue, or handing BBR its whole window back, undid most
+	 * of the relief Cubic gets: on modest-vs-cubic, growing whatever the
+	 * queue left Cubic 3.0 Mbit/s beside Modest BBR and 1.6 beside bpf_bbr
+	 * (1.9x); handing back, 1.6 beside Modest BBR and 3.0 beside bpf_bbr. */
+	if (bbr->round_start && m->cwnd <= tcp_snd_cwnd(tp) && rs->rtt_us > 0 &&
+	    (u64)rs->rtt_us * 8 <= (u64)bbr->min_rtt_us * 9) {
+		m->last_cwnd += p->s_min;
+		m->cwnd = modest_top(m, p);
+	}
+}
+
+/*
+ * Runs on every ACK after BBR has updated its model: the only lookup of the
+ * search state on this ACK (the pacing, cwnd and trace hooks get it from
+ * here).  Returns it, or NULL (no memory: this ACK is plain BBR).
+ */
+static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
+				  const struct ccctl_params *params)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct bbr *bbr = bbr_of(sk);
 	struct modest_params p;
 	struct modest *m;
 	bool retrans;
+	u32 top;
 
 	m = modest_of(sk, true);
 	if (!m)
-		return; /* no memory: this ACK is plain BBR */
+		return NULL;
 	retrans = tp->total_retrans != m->retrans_seen;
 	m->retrans_seen = tp->total_retrans;
-	if (bbr->mode != BBR_PROBE_BW)
-		return; /* only the steady phase searches */
+	if (bbr->mode != BBR_PROBE_BW) { /* only the steady phase searches */
+		if (m->phase != CCCTL_MODEST_INACTIVE)
+			modest_end_search(sk, m);
+		return m;
+	}
 
-	p = modest_params();
+	p = modest_params(params);
 	switch (m->phase) {
 	case CCCTL_MODEST_INACTIVE:
 		if (retrans)
@@ -212,42 +296,26 @@ static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs)
 		m->retrans_in_round = 0;
 		break;
 	case CCCTL_MODEST_LINEAR:
-		if (retrans) { /* Alg. 1 line 1 again, from the window in force */
+		if (retrans) /* Alg. 1 line 1 again, from the window in force */
 			modest_start_search(sk, m, &p);
-			break;
-		}
-		/* Alg. 1 lines 20-23: + S_min per ACK up to last_cwnd. */
-		if (m->cwnd < m->last_cwnd) {
-			m->cwnd = min(m->cwnd + p.s_min, m->last_cwnd);
-			break;
-		}
-		/* At last_cwnd, no retransmission, and the round's RTT sample
-		 * shows no queue at the bottleneck (within 1/8 of min_rtt): the
-		 * searched window, not the path, is what limits the flow, so it
-		 * grows by S_min per round trip, last_cwnd with it (BBR's own
-		 * window stays the upper bound).  Holding last_cwnd for good
-		 * pinned a flow to a window taken from one early loss: capped,
-		 * its deliveries cannot show more bandwidth, with the queue
-		 * empty min_rtt never expires and PROBE_RTT never comes to end
-		 * the search (a VM flow stayed at 4 of 10 Mbit/s with a single
-		 * retransmission).  Growing whatever the queue, or handing BBR
-		 * its whole window back, undid most of the relief Cubic gets:
-		 * on modest-vs-cubic, growing whatever the queue left Cubic
-		 * 3.0 Mbit/s beside Modest BBR and 1.6 beside bpf_bbr (1.9x);
-		 * handing back, 1.6 beside Modest BBR and 3.0 beside bpf_bbr. */
-		if (bbr->round_start && m->cwnd <= tcp_snd_cwnd(tp) && rs->rtt_us > 0 &&
-		    (u64)rs->rtt_us * 8 <= (u64)bbr->min_rtt_us * 9) {
-			m->cwnd += p.s_min;
-			m->last_cwnd = m->cwnd;
-		}
+		else
+			modest_linear(sk, rs, m, &p);
 		break;
 	}
+	if (m->phase != CCCTL_MODEST_INACTIVE) {
+		/* W_max in force bounds the search whenever it was tuned. */
+		top = modest_top(m, &p);
+		m->cwnd = min(m->cwnd, top);
+		m->max_win = min(m->max_win, top);
+		m->min_win = min(m->min_win, m->max_win);
+	}
+	return m;
 }
 
 /* Eq. 1: pace at the searched proportion (cwnd / last_cwnd) of BBR's rate. */
-static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain)
+static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v)
 {
-	struct modest *m = modest_of(sk, false);
+	struct modest *m = v;
 	u64 scaled;
 
 	if (!modest_active(sk, m) || !m->last_cwnd || m->cwnd >= m->last_cwnd)
@@ -257,31 +325,19 @@ static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain)
 }
 
 /* The searched window, never above the one BBR chose on this ACK. */
-static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd)
+static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v)
 {
-	struct modest *m = modest_of(sk, false);
+	struct modest *m = v;
 
 	if (!modest_active(sk, m))
 		return cwnd;
 	return min(cwnd, max(m->cwnd, (u32)BBR_CWND_MIN_TARGET));
 }
 
-/* Leaving PROBE_BW ends the search and gives BBR back last_cwnd.  This runs
- * before BBR saves its window for PROBE_RTT, so PROBE_RTT's exit restores
- * last_cwnd too. */
+/* Nothing: leaving PROBE_BW is handled on the ACK's one lookup above
+ * (modest_end_search). */
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to)
 {
-	struct tcp_sock *tp = tcp_sk(sk);
-	struct modest *m;
-
-	if (from != BBR_PROBE_BW)
-		return;
-	m = modest_of(sk, false);
-	if (!m || m->phase == CCCTL_MODEST_INACTIVE)
-		return;
-	m->phase = CCCTL_MODEST_INACTIVE;
-	if (m->last_cwnd > tcp_snd_cwnd(tp))
-		tcp_snd_cwnd_set(tp, min(m->last_cwnd, tp->snd_cwnd_clamp));
 }
 
 /* A socket (re)starting with this algorithm starts with no search. */
@@ -298,9 +354,9 @@ static void bbr_hook_release(struct sock *sk)
 	bpf_sk_storage_delete(&modest_sk, sk);
 }
 
-static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e)
+static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e, void *v)
 {
-	struct modest *m = modest_of(sk, false);
+	struct modest *m = v;
 
 	if (!m)
 		return;

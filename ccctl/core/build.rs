@@ -43,6 +43,8 @@ fn main() -> Result<()> {
     println!("cargo:rerun-if-changed=../../.git/HEAD");
     println!("cargo:rerun-if-changed=../../.git/refs/heads");
 
+    params_table(&bpf_dir, &out_dir)?;
+
     bindgen::Builder::default()
         .header(bpf_dir.join("ccctl_abi.h").to_string_lossy())
         .allowlist_type("ccctl_.*")
@@ -51,5 +53,30 @@ fn main() -> Result<()> {
         .generate()
         .context("bindgen on bpf/ccctl_abi.h")?
         .write_to_file(out_dir.join("abi.rs"))?;
+    Ok(())
+}
+
+/// `params_table.rs`: ccctl's parameter table, printed by a small C program
+/// that expands `CCCTL_PARAMS` from `bpf/ccctl_abi.h` (bindgen cannot expand
+/// a function-like macro into a table), compiled with the host's `cc`.
+fn params_table(bpf_dir: &std::path::Path, out_dir: &std::path::Path) -> Result<()> {
+    let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("build/params_table.c");
+    println!("cargo:rerun-if-changed={}", src.display());
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let exe = out_dir.join("params_table");
+    let status = std::process::Command::new(&cc)
+        .args(["-Wall", "-Werror", "-I"])
+        .arg(bpf_dir)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .with_context(|| format!("running {cc} on {}", src.display()))?;
+    anyhow::ensure!(status.success(), "{cc} failed on {}", src.display());
+    let out = std::process::Command::new(&exe)
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    anyhow::ensure!(out.status.success(), "{} failed", exe.display());
+    fs::write(out_dir.join("params_table.rs"), out.stdout)?;
     Ok(())
 }

@@ -2,12 +2,14 @@
 //! reading kernel state, and guards that leave the machine as they found it.
 #![allow(dead_code)]
 
+pub mod atomic;
 pub mod catalogue;
 pub mod dstar;
 pub mod flows;
 pub mod lab;
 pub mod lifecycle;
 pub mod modest;
+pub mod modest_wmax;
 pub mod tracing;
 pub mod tune;
 

@@ -410,4 +410,15 @@ mod tune {
     fn modest_bbr_window_parameters() {
         crate::common::tune::modest_bbr_window_parameters();
     }
+    /// A traced modest_bbr flow (50 Mbit/s, 30-packet buffer) for 6 s
+    /// while the two sets alternate as fast as ccctl can write them.
+    #[test]
+    fn parameter_sets_change_atomically() {
+        use ccctl_lab::testbed::{buffer_packets, TestbedConfig};
+        crate::common::atomic::parameter_sets_change_atomically(
+            TestbedConfig::new(50_000_000, buffer_packets(30, 1500))
+                .with_rtts(&[std::time::Duration::ZERO]),
+            6,
+        );
+    }
 }

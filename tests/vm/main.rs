@@ -572,6 +572,18 @@ mod modest {
         modest::assert_carries(rate as f64, &flow, &seen, 0.5);
     }
 
+    /// Sec. III-B's Proportion <= W_max, from the trace: W_max 0.8 (W_min
+    /// 0.5) on 10 Mbit/s, 40 ms, a 0.25 BDP buffer beside Cubic, 15 s.
+    #[test]
+    fn w_max_bounds_the_searched_window_and_pacing() {
+        require_vm();
+        let rate = 10_000_000;
+        crate::common::modest_wmax::w_max_bounds_the_search(
+            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500)).with_rtts(&[RTT, RTT]),
+            15,
+        );
+    }
+
     /// Alg. 1 read from modest_bbr's per-ACK trace: 10 Mbit/s, 40 ms,
     /// a 0.25 BDP buffer, beside a Cubic flow; W_min 0.6 at load, 0.5 tuned
     /// mid-flow. At 40 ms BBR's in-flight window is some 35 packets, so the
@@ -620,6 +632,19 @@ mod tune {
     fn modest_bbr_window_parameters() {
         require_vm();
         crate::common::tune::modest_bbr_window_parameters();
+    }
+    /// The host's case on 6.1 (map registration, 2-argument cong_control):
+    /// 10 Mbit/s, 40 ms, 0.5 BDP, 6 s.
+    #[test]
+    fn parameter_sets_change_atomically() {
+        require_vm();
+        use ccctl_lab::testbed::{buffer_bdp, TestbedConfig};
+        let rate = 10_000_000;
+        crate::common::atomic::parameter_sets_change_atomically(
+            TestbedConfig::new(rate, buffer_bdp(rate, super::RTT, 0.5, 1500))
+                .with_rtts(&[super::RTT]),
+            6,
+        );
     }
 }
 

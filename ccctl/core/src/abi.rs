@@ -56,6 +56,8 @@ pub unsafe trait Plain: Copy + Default + 'static {
 unsafe impl Plain for ccctl_meta {}
 // SAFETY: as above (u32 fields only).
 unsafe impl Plain for ccctl_params {}
+// SAFETY: as above: a bpf_spin_lock (one u32) then a ccctl_params.
+unsafe impl Plain for ccctl_params_entry {}
 // SAFETY: as above (nine 32/16-bit fields fill 32 bytes before the u64).
 unsafe impl Plain for ccctl_trace_cfg {}
 // SAFETY: as above; CCCTL_EVENT_SIZE states the size, checked below.
@@ -64,6 +66,8 @@ unsafe impl Plain for ccctl_event {}
 const _: () = assert!(std::mem::size_of::<ccctl_event>() == CCCTL_EVENT_SIZE as usize);
 const _: () = assert!(std::mem::size_of::<ccctl_trace_cfg>() == 40);
 const _: () = assert!(std::mem::size_of::<ccctl_meta>() == 40);
+const _: () =
+    assert!(std::mem::size_of::<ccctl_params_entry>() == 4 + std::mem::size_of::<ccctl_params>());
 
 /// A pinned map failed.
 #[derive(Debug, thiserror::Error)]
@@ -107,18 +111,39 @@ impl<T: Plain> PinnedMap<T> {
 
     /// Entry 0; `T::default()` when it holds fewer bytes than a `T`.
     pub fn get(&self) -> Result<T, MapError> {
+        self.get_with(MapFlags::ANY)
+    }
+
+    /// Replaces entry 0 in one map update.
+    pub fn set(&self, value: &T) -> Result<(), MapError> {
+        self.set_with(value, MapFlags::ANY)
+    }
+
+    /// [`get`](Self::get) under the value's `bpf_spin_lock` (`BPF_F_LOCK`):
+    /// the kernel copies the entry out while holding the lock the BPF
+    /// readers take, so the copy is one whole value, never half of two.
+    pub fn get_locked(&self) -> Result<T, MapError> {
+        self.get_with(MapFlags::LOCK)
+    }
+
+    /// [`set`](Self::set) under the value's `bpf_spin_lock` (`BPF_F_LOCK`):
+    /// a BPF reader holding the lock sees the old value or the new one.
+    pub fn set_locked(&self, value: &T) -> Result<(), MapError> {
+        self.set_with(value, MapFlags::LOCK)
+    }
+
+    fn get_with(&self, flags: MapFlags) -> Result<T, MapError> {
         let bytes = self
             .handle
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .lookup(&0u32.to_ne_bytes(), flags)
             .map_err(|source| self.err("reading", source))?
             .unwrap_or_default();
         Ok(T::from_bytes(&bytes).unwrap_or_default())
     }
 
-    /// Replaces entry 0 in one map update.
-    pub fn set(&self, value: &T) -> Result<(), MapError> {
+    fn set_with(&self, value: &T, flags: MapFlags) -> Result<(), MapError> {
         self.handle
-            .update(&0u32.to_ne_bytes(), value.as_bytes(), MapFlags::ANY)
+            .update(&0u32.to_ne_bytes(), value.as_bytes(), flags)
             .map_err(|source| self.err("writing", source))
     }
 

@@ -53,22 +53,10 @@ pub fn shared_dir() -> PathBuf {
     pin_root().join("shared")
 }
 
-/// Default parameters (version 1), as the BPF side assumes for version 0.
+/// Default parameters (version 1), as the BPF side assumes for version 0:
+/// every `CCCTL_PARAMS` row's default.
 pub fn default_params() -> abi::ccctl_params {
-    abi::ccctl_params {
-        version: 1,
-        cwnd_gain: 2 * abi::CCCTL_GAIN_UNIT,
-        probe_up_gain: 5 * abi::CCCTL_GAIN_UNIT / 4,
-        w_min: 768,
-        w_max: 1024,
-        s_min: 1,
-        dstar_min_rtt_win_ms: 10_000,
-        dstar_sigma_factor: 2 * abi::CCCTL_GAIN_UNIT,
-        dstar_gain_floor: 4,
-        dstar_drain_rtts: 2,
-        dstar_gain1_rtts: 2,
-        dstar_gain2_rtts: 1,
-    }
+    crate::params::defaults()
 }
 
 /// Size the trace ring buffer: the pinned one's if it exists (libbpf must
@@ -480,7 +468,11 @@ where
     // The initial parameters go in before registration: no flow can pick the
     // algorithm before they are in force.
     maps[params_idx]
-        .update(&0u32.to_ne_bytes(), plan.params.as_bytes(), MapFlags::ANY)
+        .update(
+            &0u32.to_ne_bytes(),
+            params_entry(&plan.params).as_bytes(),
+            MapFlags::LOCK,
+        )
         .map_err(bpf("writing the initial parameters"))?;
     // Crash safety: everything but the link is pinned *before* the
     // registration, so a ccctl killed at any point (SIGKILL: no cleanup runs)
@@ -607,14 +599,33 @@ fn read_meta(dir: &Path) -> Result<abi::ccctl_meta> {
 }
 
 /// The parameters in force for the algorithm pinned at `dir`.
+/// Read under the entry's spin lock, so it is one whole set.
 pub fn read_params(dir: &Path) -> Result<abi::ccctl_params> {
-    Ok(PinnedMap::<abi::ccctl_params>::open(&dir.join(MAP_PARAMS))?.get()?)
+    Ok(
+        PinnedMap::<abi::ccctl_params_entry>::open(&dir.join(MAP_PARAMS))?
+            .get_locked()?
+            .p,
+    )
 }
 
-/// Replaces the whole parameter set at once (one map update: flows see the
-/// old set or the new one, never a mix). The caller bumps `version`.
+/// Replaces the whole parameter set at once: one map update with
+/// `BPF_F_LOCK`, so the kernel copies it under the spin lock the BPF side
+/// copies it out under (`ccctl_params_read`), and a flow sees the old set or
+/// the new one, never a mix. The caller bumps `version`.
 pub fn write_params(dir: &Path, p: &abi::ccctl_params) -> Result<()> {
-    Ok(PinnedMap::<abi::ccctl_params>::open(&dir.join(MAP_PARAMS))?.set(p)?)
+    Ok(
+        PinnedMap::<abi::ccctl_params_entry>::open(&dir.join(MAP_PARAMS))?
+            .set_locked(&params_entry(p))?,
+    )
+}
+
+/// The map's value for a set (the lock word is the kernel's: it never
+/// copies it from or to user space).
+fn params_entry(p: &abi::ccctl_params) -> abi::ccctl_params_entry {
+    abi::ccctl_params_entry {
+        p: *p,
+        ..Default::default()
+    }
 }
 
 fn write_meta(dir: &Path, meta: &abi::ccctl_meta) -> Result<()> {

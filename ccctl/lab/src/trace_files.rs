@@ -20,6 +20,7 @@
 //! | `in_flight`, `delivered`, `lost` | u32 | packets |
 //! | `total_retrans` | u32 | segments |
 //! | `param_version` | u32 | version of the tunable parameters in force |
+//! | `param_digest` | u32 | FNV-1a of the whole parameter set this ACK used (`ccctl_abi.h`): with `param_version` it shows the set was one whole set |
 //! | `bbr_mode` | enum string | `startup`, `drain`, `probe_bw`, `probe_rtt`, `unknown` (BBR family) |
 //! | `modest_phase` | enum string | `inactive`, `binary`, `linear`, `unknown` (Modest BBR) |
 //! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) (BBR family) |
@@ -131,7 +132,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 40] = [
+pub const COLUMNS: [&str; 41] = [
     "ts_ns",
     "flow_id",
     "saddr",
@@ -153,6 +154,7 @@ pub const COLUMNS: [&str; 40] = [
     "lost",
     "total_retrans",
     "param_version",
+    "param_digest",
     "bbr_mode",
     "modest_phase",
     "pacing_gain",
@@ -535,6 +537,7 @@ struct Columns {
     lost: Vec<u32>,
     retrans: Vec<u32>,
     param_version: Vec<u32>,
+    param_digest: Vec<u32>,
     bbr_mode: Vec<u8>,
     modest_phase: Vec<u8>,
     pacing_gain: Vec<f64>,
@@ -589,6 +592,7 @@ impl Columns {
             lost: v(n),
             retrans: v(n),
             param_version: v(n),
+            param_digest: v(n),
             bbr_mode: v(n),
             modest_phase: v(n),
             pacing_gain: v(n),
@@ -646,6 +650,7 @@ impl Columns {
         self.lost.push(e.lost);
         self.retrans.push(e.total_retrans);
         self.param_version.push(e.param_version);
+        self.param_digest.push(e.param_digest);
         self.bbr_mode.push(kinds.bbr_mode.code(e.bbr_mode));
         self.modest_phase
             .push(kinds.modest_phase.code(e.modest_phase));
@@ -735,6 +740,7 @@ impl Columns {
             num("lost", self.lost),
             num("total_retrans", self.retrans),
             num("param_version", self.param_version),
+            num("param_digest", self.param_digest),
             kinds
                 .bbr_mode
                 .column_of(chunk!(UInt8Chunked, "bbr_mode", self.bbr_mode, bbr)),
@@ -820,7 +826,7 @@ impl CsvSink {
         let ds = event::has_dstar_state(e.algo);
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             e.ts_ns,
             e.flow_id,
             event::addr_string(e.family, e.saddr),
@@ -842,6 +848,7 @@ impl CsvSink {
             e.lost,
             e.total_retrans,
             e.param_version,
+            e.param_digest,
             opt(bbr, event::bbr_mode_name(e.bbr_mode)),
             opt(modest, event::modest_phase_name(e.modest_phase)),
             opt(bbr, event::gain(e.pacing_gain)),

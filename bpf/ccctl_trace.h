@@ -158,14 +158,21 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 		ts->next_round_delivered = tp->delivered + tcp_packets_in_flight(tp) + 1;
 	}
 
+	/* Atomic although per CPU: an ACK from a socket's backlog (process
+	 * context) can be interrupted on this CPU by one in softirq, and a
+	 * plain read-modify-write would lose one of the two counts. */
 	produced = bpf_map_lookup_elem(&trace_produced, &zero);
 	if (produced)
-		*produced += 1;
+		__sync_fetch_and_add(produced, 1);
 	e = bpf_ringbuf_reserve(&trace_events, sizeof(*e), 0);
 	if (!e) {
 		drops = bpf_map_lookup_elem(&trace_drops, &zero);
+		/* Atomic although per CPU: an ACK processed from a socket's
+		 * backlog (process context, softirqs enabled) can be
+		 * interrupted on this CPU by one processed in softirq, and a
+		 * plain read-modify-write would lose one of the two counts. */
 		if (drops)
-			*drops += 1;
+			__sync_fetch_and_add(drops, 1);
 		return NULL;
 	}
 	__builtin_memset(e, 0, sizeof(*e));

@@ -98,6 +98,8 @@ mod flows {
             TestbedConfig::new(RATE_BPS, buffer_packets(30, 1500))
                 .with_rtts(&[std::time::Duration::ZERO; 2]),
             12,
+            // Windows of 5-8 packets: W_min 0.5 and 0.6 cannot differ here.
+            0,
         );
     }
 }

@@ -606,6 +606,7 @@ mod modest {
         modest::modest_search_follows_alg1(
             TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500)).with_rtts(&[RTT, RTT]),
             20,
+            20,
         );
     }
 

@@ -225,9 +225,8 @@ pub fn parse_qdisc_stats(json: &str, handle: &str) -> Result<QdiscStats> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Role, Testbed, TestbedConfig};
+    use super::super::{Testbed, TestbedConfig};
     use super::*;
-    use crate::iperf::{self, FlowSpec};
     use crate::testbed::netns::list_netns;
     use crate::testbed::NS_PREFIX;
 

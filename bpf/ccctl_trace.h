@@ -11,7 +11,9 @@
  * buffer, the common fields are filled in here, the algorithm adds its own
  * state and calls ccctl_trace_commit().  A failed reservation (the consumer
  * fell behind and the ring is full) is counted per CPU in trace_drops, so
- * nothing is lost silently.
+ * nothing is lost silently; every attempted reservation (an event that
+ * passed the filters and the sampling) is counted per CPU in trace_produced,
+ * so a consumer can check written + dropped == produced.
  *
  * All maps here are pinned by name under <bpffs>/ccctl/shared/ (the loader
  * sets libbpf's pin_root_path), so every algorithm object reuses the same
@@ -53,6 +55,15 @@ struct {
 	__type(value, u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } trace_drops SEC(".maps");
+
+/* Events produced: reservations attempted, whether they succeeded or not. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} trace_produced SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -116,7 +127,7 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 	struct ccctl_event *e;
 	u32 zero = 0;
 	u16 sport, dport;
-	u64 *drops;
+	u64 *drops, *produced;
 
 	cfg = bpf_map_lookup_elem(&trace_cfg, &zero);
 	if (!cfg || !cfg->enabled)
@@ -147,6 +158,12 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 		ts->next_round_delivered = tp->delivered + tcp_packets_in_flight(tp) + 1;
 	}
 
+	/* Atomic although per CPU: an ACK from a socket's backlog (process
+	 * context) can be interrupted on this CPU by one in softirq, and a
+	 * plain read-modify-write would lose one of the two counts. */
+	produced = bpf_map_lookup_elem(&trace_produced, &zero);
+	if (produced)
+		__sync_fetch_and_add(produced, 1);
 	e = bpf_ringbuf_reserve(&trace_events, sizeof(*e), 0);
 	if (!e) {
 		drops = bpf_map_lookup_elem(&trace_drops, &zero);

@@ -72,6 +72,73 @@ fn unload_while_a_flow_runs_is_safe() {
     );
 }
 
+/// The testbed's qdisc scripts where the kernel has netem and fq_codel (the
+/// VM; a host without them fails here instead of skipping): ACK-path delay
+/// per sender, fq_codel under tbf, random loss via ifb on the receiver's
+/// ingress, each seen in place and doing its job in a flow.
+#[test]
+fn netem_loss_and_fq_codel_in_place() {
+    require_vm();
+    use ccctl_lab::testbed::{fq_codel_available, netem_available, Aqm, Role, Testbed};
+    assert!(
+        netem_available().expect("probing netem")
+            && fq_codel_available().expect("probing fq_codel"),
+        "the VM kernel must have netem and fq_codel"
+    );
+    let rtt = Duration::from_millis(40);
+    let tb = Testbed::new(
+        TestbedConfig::new(20_000_000, 100_000)
+            .with_rtts(&[rtt, Duration::ZERO])
+            .with_loss(0.01)
+            .with_aqm(Aqm::FqCodel),
+    )
+    .expect("testbed");
+    let show = |role: Role, what: &[&str]| {
+        let out = tb.exec(role, what).expect("tc/ip in a testbed namespace");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let rt = show(Role::Router, &["tc", "qdisc", "show"]);
+    assert!(rt.contains("qdisc tbf 1: dev to_rx root"), "{rt}");
+    assert!(
+        rt.contains("qdisc fq_codel 10: dev to_rx parent 1:1"),
+        "{rt}"
+    );
+    assert!(
+        rt.contains("qdisc netem 1: dev to_s0 root") && rt.contains("delay 40ms"),
+        "{rt}"
+    );
+    assert!(!rt.contains("netem 1: dev to_s1"), "{rt}"); // zero RTT: no netem
+    let rx = show(Role::Receiver, &["tc", "qdisc", "show"]);
+    assert!(
+        rx.contains("dev ifb0 root") && rx.contains("loss 1%"),
+        "{rx}"
+    );
+    assert!(rx.contains("qdisc ingress ffff: dev eth0"), "{rx}");
+    let filter = show(
+        Role::Receiver,
+        &["tc", "filter", "show", "dev", "eth0", "parent", "ffff:"],
+    );
+    assert!(filter.contains("Redirect to device ifb0"), "{filter}");
+    let ifb = show(Role::Receiver, &["ip", "-o", "link", "show", "ifb0"]);
+    assert!(ifb.contains(",UP"), "{ifb}");
+
+    let r =
+        iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(3))).expect("iperf3");
+    println!(
+        "goodput {:.1} Mbit/s, retrans {}, min rtt {:?} us",
+        r.goodput_bps / 1e6,
+        r.retransmits,
+        r.min_rtt_us
+    );
+    assert!(
+        r.min_rtt_us.is_some_and(|us| us >= 40_000),
+        "{:?}",
+        r.min_rtt_us
+    );
+    assert!(r.retransmits > 0, "1% loss but no retransmission");
+    tb.destroy().expect("testbed teardown");
+}
+
 /// The link of the equivalence tests: 40 ms base RTT, one BDP of buffer at
 /// the router, TSO/GSO/GRO off (the testbed's default), at a rate the
 /// emulated machine carries right now (see `measure_on_a_healthy_link`).
@@ -182,15 +249,18 @@ fn solo_bpf_bbr_matches_native_bbr() {
             assert_eq!(flow.sender_cc.as_deref(), Some(cc));
             runs.push((cc, flow));
         }
-        // Alone on the link, BBR fills it; a run far below means the
-        // emulator could not keep its pacing timers.
+        // Alone on the link, BBR fills it; a native bbr run far below means
+        // the emulator could not keep its pacing timers. Only the reference
+        // judges the testbed (native bbr here, Cubic before and after):
+        // bpf_bbr's own runs never do, a shortfall of theirs fails below.
         match runs
             .iter()
+            .filter(|(cc, _)| *cc == "bbr")
             .map(|(_, r)| r.goodput_bps)
             .fold(f64::INFINITY, f64::min)
         {
             low if low < 0.8 * rate as f64 => {
-                Err(format!("a solo BBR run got {:.1} Mbit/s", mbit(low)))
+                Err(format!("a solo native bbr run got {:.1} Mbit/s", mbit(low)))
             }
             _ => Ok((rate, runs)),
         }
@@ -226,6 +296,16 @@ fn solo_bpf_bbr_matches_native_bbr() {
     }
     record("vm-equivalence-solo.txt", &text);
     assert!(nt > 0.0 && nr > 0.0, "native bbr measured nothing");
+    // Every native run reached 80 % of the rate on this link; so must
+    // every bpf_bbr run (the testbed was healthy for the reference).
+    for (cc, r) in runs.iter().filter(|(cc, _)| *cc == "bpf_bbr") {
+        assert!(
+            r.goodput_bps >= 0.8 * rate as f64,
+            "{cc} got {:.2} Mbit/s, below 80 % of {} Mbit/s where native bbr did not:\n{text}",
+            mbit(r.goodput_bps),
+            rate / 1_000_000
+        );
+    }
     assert!(
         (bt / nt - 1.0).abs() <= 0.05,
         "throughput differs by more than 5 %:\n{text}"
@@ -236,72 +316,103 @@ fn solo_bpf_bbr_matches_native_bbr() {
     );
 }
 
-/// Sharing the link, bpf_bbr and native bbr each get 35–65 % of the total.
+/// Sharing the link with native bbr, bpf_bbr's mean share over ABBA-ordered
+/// runs is 45-55 %. Each run is two 20 s flows started together; run k puts
+/// bpf_bbr on sender 1 in A runs and on sender 0 in B runs (A B B A), so a
+/// bias of either host path, or a drift of the emulator's speed over the
+/// runs, cannot pass for the algorithm's. The share is per run,
+/// bpf_bbr / (bpf_bbr + bbr), and the bar is on the mean of the runs.
+///
+/// What 4 runs can tell: 8 ABBA runs in this VM (20 Mbit/s, 40 ms,
+/// 2026-11-24, branch t12) gave per-run shares 47.5-54.8 %, mean 50.9 %,
+/// sd s = 2.2 points (the sd's 95 % interval from 8 runs: 1.5-4.5). The mean
+/// of 4 runs then has a standard error of 1.1 points (2.25 at s = 4.5). A
+/// fair port (true 50 %) leaves 45-55 % with probability ~1e-5 at s = 2.2
+/// (|z| >= 4.5; 3 % at s = 4.5); a port biased to 58 % (the earlier 35-65 %
+/// test saw 57-59 % in 3 of 4 runs) passes with probability 0.3 % (z <= -2.7;
+/// 9 % at s = 4.5). `CCCTL_SHARED_RUNS=N` runs more for a measurement
+/// (the ABBA pattern repeats), never fewer than 4.
 #[test]
 fn bpf_bbr_and_native_bbr_share_a_link() {
     require_vm();
     let _clean = Clean::new();
     ccctl(&["load", "bbr"]).ok();
-    let secs = 30;
-    // Two runs, the algorithms swapping sender hosts, bytes added up: a bias
-    // of either host path cannot pass for an algorithm's.
-    let (rate, flows) = measure_on_a_healthy_link("bbr and bpf_bbr sharing", |rate| {
+    let secs = 20;
+    let n_runs: usize = std::env::var("CCCTL_SHARED_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
+        .max(4);
+    let (rate, runs) = measure_on_a_healthy_link("bbr and bpf_bbr sharing", |rate| {
         let tb = testbed(equivalence_link(rate, 2));
-        let mut flows = Vec::new();
-        for order in [["bbr", "bpf_bbr"], ["bpf_bbr", "bbr"]] {
-            flows.extend(
-                iperf::run_flows(
-                    &tb,
-                    &[
-                        FlowSpec::new(0, order[0], Duration::from_secs(secs)),
-                        FlowSpec::new(1, order[1], Duration::from_secs(secs)),
-                    ],
-                )
-                .expect("iperf3"),
-            );
+        let mut runs = Vec::new();
+        for k in 0..n_runs {
+            let order = if matches!(k % 4, 0 | 3) {
+                ["bbr", "bpf_bbr"]
+            } else {
+                ["bpf_bbr", "bbr"]
+            };
+            let flows = iperf::run_flows(
+                &tb,
+                &[
+                    FlowSpec::new(0, order[0], Duration::from_secs(secs)),
+                    FlowSpec::new(1, order[1], Duration::from_secs(secs)),
+                ],
+            )
+            .expect("iperf3");
+            for f in &flows {
+                assert_eq!(f.sender_cc.as_deref(), Some(f.spec.cc.as_str()));
+            }
+            runs.push(flows);
         }
-        Ok((rate, flows))
+        Ok((rate, runs))
     });
-    let total: f64 = flows.iter().map(|f| f.goodput_bps).sum();
-    let share = |cc: &str| {
+    let goodput = |flows: &[FlowResult], cc: &str| -> f64 {
         flows
             .iter()
             .filter(|f| f.spec.cc == cc)
             .map(|f| f.goodput_bps)
-            .sum::<f64>()
-            / total
+            .sum()
     };
-    let runs = flows
+    let shares: Vec<f64> = runs
         .iter()
-        .map(|f| {
+        .map(|flows| {
+            let (ours, native) = (goodput(flows, "bpf_bbr"), goodput(flows, "bbr"));
+            ours / (ours + native)
+        })
+        .collect();
+    let n = shares.len() as f64;
+    let m = mean(&shares);
+    let sd = (shares.iter().map(|s| (s - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    let per_run = runs
+        .iter()
+        .zip(&shares)
+        .map(|(flows, s)| {
+            let on0 = &flows[0].spec.cc;
             format!(
-                "{} on sender {}: {:.2} Mbit/s",
-                f.spec.cc,
-                f.spec.sender,
-                mbit(f.goodput_bps)
+                "sender 0 {on0}: bpf_bbr {:.2}, bbr {:.2} Mbit/s, share {:.1} %",
+                mbit(goodput(flows, "bpf_bbr")),
+                mbit(goodput(flows, "bbr")),
+                100.0 * s
             )
         })
         .collect::<Vec<_>>()
-        .join("; ");
+        .join("\n  ");
     let text = format!(
-        "shared, {} Mbit/s, {} ms, 1 BDP, 2 x {secs} s (6.1 VM): native bbr {:.2} Mbit/s ({:.1} %), bpf_bbr {:.2} Mbit/s ({:.1} %), total {:.2} Mbit/s\n  {runs}",
+        "shared, {} Mbit/s, {} ms, 1 BDP, {} ABBA runs x {secs} s (6.1 VM): bpf_bbr's share {:.1} % (mean), sd {:.1} points, standard error {:.1} points\n  {per_run}",
         rate / 1_000_000,
         RTT.as_millis(),
-        mbit(share("bbr") * total / 2.0),
-        100.0 * share("bbr"),
-        mbit(share("bpf_bbr") * total / 2.0),
-        100.0 * share("bpf_bbr"),
-        mbit(total / 2.0)
+        shares.len(),
+        100.0 * m,
+        100.0 * sd,
+        100.0 * sd / n.sqrt(),
     );
     record("vm-equivalence-shared.txt", &text);
-    for cc in ["bbr", "bpf_bbr"] {
-        let s = share(cc);
-        assert!(
-            (0.35..=0.65).contains(&s),
-            "{cc} got {:.1} % of the link:\n{text}",
-            100.0 * s
-        );
-    }
+    assert!(
+        (0.45..=0.55).contains(&m),
+        "bpf_bbr's mean share {:.1} % is outside 45-55 %:\n{text}",
+        100.0 * m
+    );
 }
 
 /// PROBE_RTT's 4-packet samples must not become btl_bw (bbr_core.h,
@@ -594,6 +705,7 @@ mod modest {
         let rate = 10_000_000;
         modest::modest_search_follows_alg1(
             TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500)).with_rtts(&[RTT, RTT]),
+            20,
             20,
         );
     }

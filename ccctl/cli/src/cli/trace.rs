@@ -97,8 +97,8 @@ pub fn run(args: TraceArgs) -> Result<()> {
     let (opts, output) = args.options()?;
     let s = trace_files::run(opts, &output)?;
     eprintln!(
-        "ccctl trace: {} events written, {} dropped",
-        s.events_written, s.events_dropped
+        "ccctl trace: {} events written, {} dropped, {} produced",
+        s.events_written, s.events_dropped, s.events_produced
     );
     if s.events_dropped > 0 {
         eprintln!(

@@ -19,6 +19,7 @@ pub fn shared_dir() -> PathBuf {
 pub const EVENTS: &str = "trace_events";
 pub const CFG: &str = "trace_cfg";
 pub const DROPS: &str = "trace_drops";
+pub const PRODUCED: &str = "trace_produced";
 
 /// Handles on the pinned tracing maps.
 #[derive(Debug)]
@@ -29,6 +30,9 @@ pub struct SharedMaps {
     pub cfg: PinnedMap<abi::ccctl_trace_cfg>,
     /// Per-CPU u64: failed reservations, never reset.
     pub drops: MapHandle,
+    /// Per-CPU u64: reservations attempted (events that passed the filters
+    /// and the sampling), never reset.
+    pub produced: MapHandle,
     dir: PathBuf,
 }
 
@@ -47,6 +51,7 @@ impl SharedMaps {
         open_pinned(dir, CFG)?;
         let cfg = PinnedMap::<abi::ccctl_trace_cfg>::open(&dir.join(CFG)).map_err(map_err)?;
         let drops = open_pinned(dir, DROPS)?;
+        let produced = open_pinned(dir, PRODUCED)?;
         let mismatch = |name: &str, detail: String| TraceError::AbiMismatch {
             path: dir.join(name),
             detail,
@@ -77,10 +82,21 @@ impl SharedMaps {
                 ),
             ));
         }
+        if produced.map_type() != MapType::PercpuArray || produced.value_size() != 8 {
+            return Err(mismatch(
+                PRODUCED,
+                format!(
+                    "a {:?} map of {}-byte values, not a per-CPU array of u64",
+                    produced.map_type(),
+                    produced.value_size()
+                ),
+            ));
+        }
         Ok(SharedMaps {
             events,
             cfg,
             drops,
+            produced,
             dir: dir.to_path_buf(),
         })
     }
@@ -113,10 +129,18 @@ impl SharedMaps {
 
     /// Events the BPF side failed to reserve, summed over CPUs, since load.
     pub fn drops(&self) -> Result<u64, TraceError> {
-        let per_cpu = self
-            .drops
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(self.bpf_err(DROPS, "reading"))?
+        Self::sum_per_cpu(&self.drops).map_err(self.bpf_err(DROPS, "reading"))
+    }
+
+    /// Events the BPF side tried to reserve (written or dropped), summed
+    /// over CPUs, since load.
+    pub fn produced(&self) -> Result<u64, TraceError> {
+        Self::sum_per_cpu(&self.produced).map_err(self.bpf_err(PRODUCED, "reading"))
+    }
+
+    fn sum_per_cpu(map: &MapHandle) -> Result<u64, libbpf_rs::Error> {
+        let per_cpu = map
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?
             .unwrap_or_default();
         Ok(per_cpu
             .iter()

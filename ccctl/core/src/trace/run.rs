@@ -66,6 +66,9 @@ pub struct TraceSummary {
     pub events_written: u64,
     /// Events the BPF side could not reserve room for while we traced.
     pub events_dropped: u64,
+    /// Events the BPF side produced (tried to reserve) while we traced:
+    /// `events_written + events_dropped` when nothing was lost unseen.
+    pub events_produced: u64,
     /// Samples too short to be an event (an ABI mismatch).
     pub malformed: u64,
     pub stop: Stop,
@@ -91,17 +94,17 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, target: Target) -> Result
         .map_err(|_| anyhow!("the ring-buffer callback outlived the session"))?
         .into_inner();
     let malformed = consumer.malformed;
-    let (written, finished) = match (consumer.target, &end.dropped) {
-        (Target::Sink(sink), Ok(dropped)) => {
+    let (written, finished) = match (consumer.target, &end.counts) {
+        (Target::Sink(sink), Ok(c)) => {
             let written = sink.written();
-            (written, sink.finish(*dropped).map(|_| ()))
+            (written, sink.finish(c.dropped).map(|_| ()))
         }
         // Without the drop count, the file is closed as incomplete (Drop).
         (Target::Sink(sink), Err(_)) => (sink.written(), Ok(())),
         (Target::Follow(table), _) => (table.total(), Ok(())),
     };
     let stop = end.stop?;
-    let dropped = end.dropped?;
+    let counts = end.counts?;
     finished?;
     if malformed > 0 {
         tracing::warn!(
@@ -112,7 +115,8 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, target: Target) -> Result
     }
     Ok(TraceSummary {
         events_written: written,
-        events_dropped: dropped,
+        events_dropped: counts.dropped,
+        events_produced: counts.produced,
         malformed,
         stop,
     })
@@ -166,7 +170,24 @@ impl Consumer {
 
 struct SessionEnd {
     stop: Result<Stop>,
-    dropped: Result<u64>,
+    counts: Result<Counts>,
+}
+
+/// The BPF side's counters over a session (differences from its start).
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    dropped: u64,
+    produced: u64,
+}
+
+impl std::ops::Add for Counts {
+    type Output = Counts;
+    fn add(self, o: Counts) -> Counts {
+        Counts {
+            dropped: self.dropped + o.dropped,
+            produced: self.produced + o.produced,
+        }
+    }
 }
 
 /// Sessions on the pinned maps, one after the other while they are
@@ -180,21 +201,20 @@ async fn sessions(
 ) -> SessionEnd {
     let started = Instant::now();
     let mut replacement: Option<SharedMaps> = None;
-    let mut dropped_before = 0;
+    let mut before = Counts::default();
     loop {
         let current = replacement.as_ref().unwrap_or(maps);
         let first = replacement.is_none();
         let end = session(current, consumer.clone(), opts, started, first).await;
-        let dropped = match (end.stop, end.dropped) {
-            (Ok(Stop::MapsReplaced), Ok(d)) => dropped_before + d,
-            (stop, dropped) => {
+        before = match (end.stop, end.counts) {
+            (Ok(Stop::MapsReplaced), Ok(c)) => before + c,
+            (stop, counts) => {
                 return SessionEnd {
                     stop,
-                    dropped: dropped.map(|d| dropped_before + d),
+                    counts: counts.map(|c| before + c),
                 }
             }
         };
-        dropped_before = dropped;
         match SharedMaps::open_in(maps.dir()) {
             Ok(m) => {
                 tracing::warn!(
@@ -206,7 +226,7 @@ async fn sessions(
             Err(e) => {
                 return SessionEnd {
                     stop: Err(anyhow::Error::new(e).context("reopening the reloaded tracing maps")),
-                    dropped: Ok(dropped),
+                    counts: Ok(before),
                 }
             }
         }
@@ -222,7 +242,7 @@ async fn session(
 ) -> SessionEnd {
     let failed = |e: anyhow::Error| SessionEnd {
         stop: Err(e),
-        dropped: Err(anyhow!("tracing never started")),
+        counts: Err(anyhow!("tracing never started")),
     };
     // Everything that can fail before tracing is switched on.
     let signals = if opts.stop.is_some() {
@@ -235,6 +255,10 @@ async fn session(
     };
     let baseline = match maps.drops() {
         Ok(d) => d,
+        Err(e) => return failed(e.into()),
+    };
+    let produced_base = match maps.produced() {
+        Ok(p) => p,
         Err(e) => return failed(e.into()),
     };
     match maps.read_cfg() {
@@ -294,14 +318,18 @@ async fn session(
     )
     .await;
 
-    // Off first, then what is left in the ring, then the drop count.
+    // Off first, then what is left in the ring, then the counters.
     let disabled = guard.disable();
     let drained = drain(&rb, &consumer).await;
     drop(afd);
     drop(rb);
-    let dropped = maps
+    let counts = maps
         .drops()
-        .map(|now| now.saturating_sub(baseline))
+        .and_then(|d| Ok((d, maps.produced()?)))
+        .map(|(d, p)| Counts {
+            dropped: d.saturating_sub(baseline),
+            produced: p.saturating_sub(produced_base),
+        })
         .map_err(anyhow::Error::from);
     let stop = match (stop, disabled, drained) {
         (Err(e), _, _) => Err(e),
@@ -309,7 +337,7 @@ async fn session(
         (Ok(_), Ok(()), Err(e)) => Err(e),
         (Ok(s), Ok(()), Ok(())) => Ok(s),
     };
-    SessionEnd { stop, dropped }
+    SessionEnd { stop, counts }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -225,9 +225,8 @@ pub fn parse_qdisc_stats(json: &str, handle: &str) -> Result<QdiscStats> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Role, Testbed, TestbedConfig};
+    use super::super::{Testbed, TestbedConfig};
     use super::*;
-    use crate::iperf::{self, FlowSpec};
     use crate::testbed::netns::list_netns;
     use crate::testbed::NS_PREFIX;
 
@@ -265,67 +264,8 @@ mod tests {
         );
     }
 
-    /// The qdisc scripts where the kernel has netem (the VM; skipped on the
-    /// host): ACK-path delay per sender, fq_codel under tbf, random loss via
-    /// ifb on the receiver's ingress, all doing their job in a flow.
-    #[test]
-    fn netem_loss_and_fq_codel_in_place() {
-        if !netem_available().unwrap() || !fq_codel_available().unwrap() {
-            eprintln!("skipped: needs netem and fq_codel (run inside the VM)");
-            return;
-        }
-        let rtt = Duration::from_millis(40);
-        let tb = Testbed::new(
-            TestbedConfig::new(20_000_000, 100_000)
-                .with_rtts(&[rtt, Duration::ZERO])
-                .with_loss(0.01)
-                .with_aqm(Aqm::FqCodel),
-        )
-        .unwrap();
-        let show = |role: Role, what: &[&str]| {
-            let out = tb.exec(role, what).unwrap();
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        let rt = show(Role::Router, &["tc", "qdisc", "show"]);
-        assert!(rt.contains("qdisc tbf 1: dev to_rx root"), "{rt}");
-        assert!(
-            rt.contains("qdisc fq_codel 10: dev to_rx parent 1:1"),
-            "{rt}"
-        );
-        assert!(
-            rt.contains("qdisc netem 1: dev to_s0 root") && rt.contains("delay 40ms"),
-            "{rt}"
-        );
-        assert!(!rt.contains("netem 1: dev to_s1"), "{rt}"); // zero RTT: no netem
-        let rx = show(Role::Receiver, &["tc", "qdisc", "show"]);
-        assert!(
-            rx.contains("dev ifb0 root") && rx.contains("loss 1%"),
-            "{rx}"
-        );
-        assert!(rx.contains("qdisc ingress ffff: dev eth0"), "{rx}");
-        let filter = show(
-            Role::Receiver,
-            &["tc", "filter", "show", "dev", "eth0", "parent", "ffff:"],
-        );
-        assert!(filter.contains("Redirect to device ifb0"), "{filter}");
-        let ifb = show(Role::Receiver, &["ip", "-o", "link", "show", "ifb0"]);
-        assert!(ifb.contains(",UP"), "{ifb}");
-
-        let r = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(3))).unwrap();
-        eprintln!(
-            "goodput {:.1} Mbit/s, retrans {}, min rtt {:?} us",
-            r.goodput_bps / 1e6,
-            r.retransmits,
-            r.min_rtt_us
-        );
-        assert!(
-            r.min_rtt_us.is_some_and(|us| us >= 40_000),
-            "{:?}",
-            r.min_rtt_us
-        );
-        assert!(r.retransmits > 0, "1% loss but no retransmission");
-        tb.destroy().unwrap();
-    }
+    // The qdisc scripts doing their job in a flow (netem, fq_codel, ifb
+    // loss) are a VM test: tests/vm/main.rs, netem_loss_and_fq_codel_in_place.
 
     #[test]
     fn probes_and_missing_features() {

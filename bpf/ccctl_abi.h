@@ -95,7 +95,20 @@ struct ccctl_params {
 	__u32 dstar_drain_rtts;     /* DRAIN length, RTTs; default 2 */
 	__u32 dstar_gain1_rtts;     /* GAIN 1 length, RTTs; default 2 */
 	__u32 dstar_gain2_rtts;     /* GAIN 2 length, RTTs; default 1 */
+	/* Patched BBR (patched-bbr-cloud.txt, Pseudocode 2; patched_bbr.bpf.c clamps on read) */
+	__u32 theta_little;  /* Θ above this (x CCCTL_THETA_UNIT) is case (a), "little"; default 2/3 */
+	__u32 theta_heavy;   /* Θ at or below this (x CCCTL_THETA_UNIT) is case (b), "heavy"; default 1/3 */
+	__u32 off_thresh_us; /* a send gap this much longer than the pacing gap is Off, us; default 1000 */
+	__u32 alpha_little;  /* eq. 38's alpha for Θ > theta_little, x CCCTL_GAIN_UNIT; default 0 */
+	__u32 alpha_medium;  /* ... for theta_heavy < Θ <= theta_little; default 1 */
+	__u32 alpha_heavy;   /* ... for Θ <= theta_heavy; default 2 */
+	__u32 stall_filter;  /* 1: Off excludes the machine's own stalls (a 1 ms heartbeat
+	                      * timer's lateness): for an emulated testbed whose whole
+	                      * machine stalls, never for a real VM; default 0 */
 };
+
+/* Fixed point of patched BBR's on-percentage Θ (eq. 11): 1.0 = 1024. */
+#define CCCTL_THETA_UNIT 1024
 
 /*
  * Per-ACK tracing.  Every algorithm emits one struct ccctl_event per call of
@@ -176,8 +189,17 @@ struct ccctl_event {
 	__u32 max_win;        /* packets */
 	__u32 last_cwnd;      /* packets */
 	__u32 pad2;
-	/* Reserved for patched BBR: filled when it lands. */
-	__s64 theta_fp;       /* patched BBR theta x 65536 */
+	/* Patched BBR (0 where it does not apply) */
+	__u32 theta;          /* Θ in force, x CCCTL_THETA_UNIT (eq. 11, estimated last round) */
+	__u32 alpha;          /* eq. 38's alpha in force, x CCCTL_GAIN_UNIT */
+	__u32 on_us;          /* On time of the current round so far, us */
+	__u32 off_us;         /* Off time of the current round so far, us */
+	__u32 theta_on_us;    /* On time of the round Θ in force was estimated over, us */
+	__u32 theta_off_us;   /* Off time of that round, us */
+	__u32 bbr_pacing_gain;/* BBR's pacing gain p before eq. 37, x CCCTL_GAIN_UNIT */
+	__u32 stall_us;       /* machine stall time left out of the current round's Off, us */
+	__u64 bw_raw;         /* this ACK's delivery-rate sample D, bytes/s (0: none) */
+	__u64 bw_corrected;   /* the sample fed to the max filter, D/Θ in ProbeBW (eq. 36), bytes/s */
 	/* TCP D* (0 where it does not apply) */
 	__u8 dstar_mode;      /* CCCTL_DSTAR_* */
 	__u8 dstar_slow_start;/* 1 while in slow start (Sec. 3.3) */
@@ -193,7 +215,7 @@ struct ccctl_event {
 	__u64 dstar_min_rtt_stamp_ns;/* when dstar_min_rtt_us was last refreshed, ts_ns's clock */
 };
 
-/* The event is 184 bytes with no implicit padding on either side. */
-#define CCCTL_EVENT_SIZE 184
+/* The event is 224 bytes with no implicit padding on either side. */
+#define CCCTL_EVENT_SIZE 224
 
 #endif /* __CCCTL_ABI_H */

@@ -177,6 +177,17 @@ static void modest_search_step(struct modest *m, const struct modest_params *p)
 		m->phase = CCCTL_MODEST_LINEAR;
 }
 
+/* Modest BBR leaves BBR's bandwidth samples and cwnd gain alone. */
+static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64 bw)
+{
+	return bw;
+}
+
+static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain)
+{
+	return gain;
+}
+
 /* Runs on every ACK after BBR has updated its model. */
 static void bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs)
 {

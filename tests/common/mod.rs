@@ -7,6 +7,7 @@ pub mod flows;
 pub mod lab;
 pub mod lifecycle;
 pub mod modest;
+pub mod patched;
 pub mod tracing;
 pub mod tune;
 

@@ -268,6 +268,136 @@ pub const DSTAR: &[ParamDef] = &[
     DSTAR_GAIN2_RTTS,
 ];
 
+/// Scale of patched BBR's Θ thresholds in the map (`CCCTL_THETA_UNIT`).
+pub const THETA_UNIT: f64 = abi::CCCTL_THETA_UNIT as f64;
+
+/// Patched BBR: Θ above this is case (a), "little" descheduling (eq. 37's
+/// and eq. 38's upper threshold), x1024. theta_heavy < theta_little <= 1
+/// (the pair checked on the resulting set).
+pub const THETA_LITTLE: ParamDef = ParamDef {
+    name: "theta_little",
+    flag: "theta-little",
+    summary: "patched BBR: on-percentage above which descheduling is 'little' (no pacing boost, alpha_little)",
+    unit: "Θ",
+    scale: THETA_UNIT,
+    min: 0.0,
+    max: 1.0,
+    min_exclusive: true,
+    max_exclusive: false,
+    default: 0.667,
+    integer: false,
+    get: |p| p.theta_little,
+    set: |p, v| p.theta_little = v,
+};
+
+/// Patched BBR: Θ at or below this is case (b), "heavy" (alpha_heavy), x1024.
+pub const THETA_HEAVY: ParamDef = ParamDef {
+    name: "theta_heavy",
+    flag: "theta-heavy",
+    summary: "patched BBR: on-percentage at or below which descheduling is 'heavy' (alpha_heavy)",
+    unit: "Θ",
+    scale: THETA_UNIT,
+    min: 0.0,
+    max: 1.0,
+    min_exclusive: true,
+    max_exclusive: true,
+    default: 0.333,
+    integer: false,
+    get: |p| p.theta_heavy,
+    set: |p, v| p.theta_heavy = v,
+};
+
+/// Patched BBR: a send gap this much longer than the pacing gap is Off
+/// (Sec. V-C-2), ms at the CLI, us in the map; 0.1 to 100 ms, the bounds
+/// `patched_bbr.bpf.c` clamps to (`PATCHED_OFF_THRESH_US_LO/HI`).
+pub const OFF_THRESH: ParamDef = ParamDef {
+    name: "off_thresh",
+    flag: "off-thresh",
+    summary: "patched BBR: a send gap this much longer than the pacing gap counts as Off",
+    unit: "ms",
+    scale: 1000.0,
+    min: 0.1,
+    max: 100.0,
+    min_exclusive: false,
+    max_exclusive: false,
+    default: 1.0,
+    integer: false,
+    get: |p| p.off_thresh_us,
+    set: |p, v| p.off_thresh_us = v,
+};
+
+const fn alpha(
+    name: &'static str,
+    flag: &'static str,
+    summary: &'static str,
+    default: f64,
+    get: fn(&abi::ccctl_params) -> u32,
+    set: fn(&mut abi::ccctl_params, u32),
+) -> ParamDef {
+    ParamDef {
+        name,
+        flag,
+        summary,
+        unit: "x BDP",
+        scale: abi::CCCTL_GAIN_UNIT as f64,
+        min: 0.0,
+        max: 4.0,
+        min_exclusive: false,
+        max_exclusive: false,
+        default,
+        integer: false,
+        get,
+        set,
+    }
+}
+
+/// Patched BBR's eq. 38 alpha per descheduling level, added to the PROBE_BW
+/// cwnd gain (eq. 39), x256; 0 to 4 (`PATCHED_ALPHA_HI`).
+pub const ALPHA_LITTLE: ParamDef = alpha(
+    "alpha_little",
+    "alpha-little",
+    "patched BBR: cwnd gain added when Θ > theta_little (eq. 38)",
+    0.0,
+    |p| p.alpha_little,
+    |p, v| p.alpha_little = v,
+);
+pub const ALPHA_MEDIUM: ParamDef = alpha(
+    "alpha_medium",
+    "alpha-medium",
+    "patched BBR: cwnd gain added when theta_heavy < Θ <= theta_little (eq. 38)",
+    1.0,
+    |p| p.alpha_medium,
+    |p, v| p.alpha_medium = v,
+);
+pub const ALPHA_HEAVY: ParamDef = alpha(
+    "alpha_heavy",
+    "alpha-heavy",
+    "patched BBR: cwnd gain added when Θ <= theta_heavy (eq. 38)",
+    2.0,
+    |p| p.alpha_heavy,
+    |p, v| p.alpha_heavy = v,
+);
+
+/// Patched BBR: leave the machine's own stalls (a 1 ms heartbeat timer's
+/// lateness) out of Off, 0 or 1. For an emulated testbed whose whole machine
+/// stalls (our TCG VM on a busy host); a real descheduled VM stalls as a
+/// whole too, so there it must stay 0 (the default).
+pub const STALL_FILTER: ParamDef = ParamDef {
+    name: "stall_filter",
+    flag: "stall-filter",
+    summary: "patched BBR: 1 leaves the whole machine's stalls (heartbeat timer lateness) out of Off; for emulated testbeds only",
+    unit: "0/1",
+    scale: 1.0,
+    min: 0.0,
+    max: 1.0,
+    min_exclusive: false,
+    max_exclusive: false,
+    default: 0.0,
+    integer: true,
+    get: |p| p.stall_filter,
+    set: |p, v| p.stall_filter = v,
+};
+
 /// Every parameter any algorithm has, to name unknown ones helpfully.
 pub const ALL: &[ParamDef] = &[
     W_MIN,
@@ -281,6 +411,13 @@ pub const ALL: &[ParamDef] = &[
     DSTAR_DRAIN_RTTS,
     DSTAR_GAIN1_RTTS,
     DSTAR_GAIN2_RTTS,
+    THETA_LITTLE,
+    THETA_HEAVY,
+    OFF_THRESH,
+    ALPHA_LITTLE,
+    ALPHA_MEDIUM,
+    ALPHA_HEAVY,
+    STALL_FILTER,
 ];
 
 /// Parameters of each algorithm, by its user name.
@@ -289,6 +426,17 @@ pub fn defs_for(algo: &Algorithm) -> &'static [ParamDef] {
         "bbr" => &[CWND_GAIN, PROBE_UP_GAIN],
         "modest-bbr" => &[CWND_GAIN, PROBE_UP_GAIN, W_MIN, W_MAX, S_MIN],
         "dstar" => DSTAR,
+        "patched-bbr" => &[
+            CWND_GAIN,
+            PROBE_UP_GAIN,
+            THETA_LITTLE,
+            THETA_HEAVY,
+            OFF_THRESH,
+            ALPHA_LITTLE,
+            ALPHA_MEDIUM,
+            ALPHA_HEAVY,
+            STALL_FILTER,
+        ],
         _ => &[],
     }
 }
@@ -344,6 +492,8 @@ impl ParamDef {
         match self.name {
             "w_min" => format!("above {W_MIN_LO}, below w_max"),
             "w_max" => "above w_min, up to 1".into(),
+            "theta_little" => "above theta_heavy, up to 1".into(),
+            "theta_heavy" => "above 0, below theta_little".into(),
             _ => self.allowed(),
         }
     }
@@ -567,6 +717,7 @@ pub fn validate(
         (def.set)(&mut next, raw);
     }
     check_window(algo, defs_for(algo), &next, &resolved)?;
+    check_theta(algo, defs_for(algo), &next, &resolved)?;
     next.version = current.version.wrapping_add(1).max(1);
     Ok(next)
 }
@@ -657,6 +808,56 @@ fn check_window(
             algo,
             format!("{} and {}", W_MIN.label(), W_MAX.label()),
             format!("w_min {a} must be below w_max {b}{note}; {rule}"),
+        ));
+    }
+    Ok(())
+}
+
+/// 0 < theta_heavy < theta_little <= 1 on the set `p` (patched BBR's
+/// descheduling levels must not overlap), in the map's fixed point.
+fn check_theta(
+    algo: &Algorithm,
+    defs: &[ParamDef],
+    p: &abi::ccctl_params,
+    given: &[(&ParamDef, &str, f64)],
+) -> Result<()> {
+    let has = |n: &str| defs.iter().any(|d| d.name == n);
+    if !(has(THETA_HEAVY.name) && has(THETA_LITTLE.name)) {
+        return Ok(());
+    }
+    let shown = |d: &ParamDef| {
+        given
+            .iter()
+            .find(|(g, _, _)| g.name == d.name)
+            .map(|(_, _, v)| *v)
+            .unwrap_or_else(|| d.display((d.get)(p)))
+    };
+    let rule = "allowed: 0 < theta_heavy < theta_little <= 1";
+    if p.theta_heavy == 0 || p.theta_heavy as f64 >= THETA_UNIT {
+        return Err(invalid(
+            algo,
+            THETA_HEAVY.label(),
+            format!("{} is out of range; {rule}", shown(&THETA_HEAVY)),
+        ));
+    }
+    if p.theta_little == 0 || p.theta_little as f64 > THETA_UNIT {
+        return Err(invalid(
+            algo,
+            THETA_LITTLE.label(),
+            format!("{} is out of range; {rule}", shown(&THETA_LITTLE)),
+        ));
+    }
+    if p.theta_heavy >= p.theta_little {
+        let (a, b) = (shown(&THETA_HEAVY), shown(&THETA_LITTLE));
+        let note = if a < b {
+            format!(" (equal in the map's steps of 1/{THETA_UNIT})")
+        } else {
+            String::new()
+        };
+        return Err(invalid(
+            algo,
+            format!("{} and {}", THETA_HEAVY.label(), THETA_LITTLE.label()),
+            format!("theta_heavy {a} must be below theta_little {b}{note}; {rule}"),
         ));
     }
     Ok(())

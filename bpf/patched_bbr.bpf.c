@@ -90,8 +90,8 @@
  * -----------------------
  *  1. "At each RTT_n" (Pseudocode 2) is BBR's packet-timed round: Θ is
  *     computed when a round ends from the On and Off time accumulated
- *     since the previous round ended, and is the Θ in force for the whole
- *     next round (bandwidth samples, pacing, cwnd).  A round without any
+ *     over that round and the one before it (9), and is the Θ in force
+ *     for the whole next round (bandwidth samples, pacing, cwnd).  A round without any
  *     usable gap keeps the previous Θ.
  *  2. "1 ms longer than the pre-defined gap": the pre-defined gap is the
  *     previous packet's bytes at the pacing rate then in force (what the
@@ -116,7 +116,15 @@
  *     margin and the cap at sk_max_pacing_rate still apply.
  *  7. The corrections apply in PROBE_BW only; Θ is measured in every mode.
  *  8. stall_filter (off by default) is ours, for the emulated lab only (see
- *     above); the paper's testbed stalled only the sender.
+ *     above); the paper's testbed stalled only the sender.  It cannot tell
+ *     an emulator stall from a real Off that overlaps it: under a Heavy
+ *     gate in the VM it read Θ 0.42 for 0.125 (0.23 without it).
+ *  9. Θ is computed over the last two packet-timed rounds, not one.  An
+ *     Off period is booked at the first send after it, and that send and
+ *     the ACK that ends a round both come when the sender wakes up, in
+ *     either order: one round then holds two Off periods and the next
+ *     none (Θ = 1 for a round of a sender On 10 ms in 80).  Over two
+ *     rounds each Off is counted once.
  */
 #define CCCTL_ALGO_ID CCCTL_ALGO_PATCHED_BBR
 #include "bbr_core.h"
@@ -154,9 +162,11 @@ struct patched {
 	u64 pacing_gap_ns;  /* its length at the pacing rate: the pre-defined gap */
 	u64 on_ns;          /* On time in the current round */
 	u64 off_ns;         /* Off time in the current round */
+	u64 prev_on_ns;     /* On time of the round before (departure 9) */
+	u64 prev_off_ns;    /* Off time of the round before */
 	u32 theta;          /* Θ in force, x THETA_UNIT */
-	u32 theta_on_us;    /* On time of the round Θ was estimated over */
-	u32 theta_off_us;   /* Off time of that round */
+	u32 theta_on_us;    /* On time of the two rounds Θ was estimated over */
+	u32 theta_off_us;   /* Off time of those rounds */
 	u32 bw_raw;         /* this ACK's delivery-rate sample D, BW_UNIT pkts/us */
 	u32 bw_corrected;   /* the sample the max filter saw (D / Θ in PROBE_BW) */
 	u32 data_segs_out;  /* tp->data_segs_out at the previous transmission */
@@ -262,16 +272,20 @@ static __always_inline u32 patched_alpha(u32 theta, const struct patched_params 
 	return m->alpha_medium;
 }
 
-/* Eq. 11 over the round that just ended; it is in force for the next one. */
+/* Eq. 11 over the round that just ended and the one before (departure
+ * 9); it is in force for the next round. */
 static void patched_estimate_theta(struct patched *p)
 {
-	u64 total = p->on_ns + p->off_ns;
+	u64 on = p->on_ns + p->prev_on_ns, off = p->off_ns + p->prev_off_ns;
+	u64 total = on + off;
 
 	if (total) {
-		p->theta = (u32)(p->on_ns * THETA_UNIT / total);
-		p->theta_on_us = (u32)min(p->on_ns / NSEC_PER_USEC, (u64)~0U);
-		p->theta_off_us = (u32)min(p->off_ns / NSEC_PER_USEC, (u64)~0U);
+		p->theta = (u32)(on * THETA_UNIT / total);
+		p->theta_on_us = (u32)min(on / NSEC_PER_USEC, (u64)~0U);
+		p->theta_off_us = (u32)min(off / NSEC_PER_USEC, (u64)~0U);
 	}
+	p->prev_on_ns = p->on_ns;
+	p->prev_off_ns = p->off_ns;
 	p->on_ns = 0;
 	p->off_ns = 0;
 	p->stall_ns = 0;

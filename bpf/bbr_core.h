@@ -228,6 +228,8 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  * changes BBR; bbr.bpf.c defines them as the identity.
  *
  *   bbr_hook_init         after BBR's own init of a socket
+ *   bbr_hook_bw_sample    this ACK's delivery-rate sample (BW_UNIT pkts/us), after
+ *                         round counting, -> the sample the btl_bw max filter sees
  *   bbr_hook_after_model  after the model (btl_bw, min_rtt, mode, gains) is
  *                         updated for this ACK, before pacing and cwnd are set;
  *                         gets the ACK's parameter set (see bbr_main) and
@@ -235,6 +237,7 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  *                         (or NULL), handed to the three hooks below, so a
  *                         variant looks its state up once per ACK
  *   bbr_hook_pacing_gain  the pacing gain to apply on this ACK
+ *   bbr_hook_cwnd_gain    the cwnd gain the cwnd target (gain x BDP) uses on this ACK
  *   bbr_hook_cwnd         the cwnd BBR chose for this ACK -> the cwnd to use
  *                         (not called in loss recovery's packet conservation)
  *   bbr_hook_mode_change  BBR moves from one mode to another
@@ -251,9 +254,11 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
 static void bbr_reset_probe_bw(struct sock *sk);
 
 static void bbr_hook_init(struct sock *sk);
+static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64 bw);
 static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
 				  const struct ccctl_params *p);
 static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v);
+static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v);
 static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v);
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to);
 static void bbr_hook_release(struct sock *sk);
@@ -690,6 +695,7 @@ static void bbr_update_bw(struct sock *sk, const struct rate_sample *rs)
 	bbr_lt_sample(sk, rs->losses, app_limited);
 
 	bw = (u64)rs->delivered * BW_UNIT / (u64)rs->interval_us;
+	bw = min(bbr_hook_bw_sample(sk, rs, bw), (u64)~0U);
 	/* App-limited samples underestimate; take them only if they raise the max. */
 	if (!app_limited || bw >= bbr_max_bw(bbr))
 		win_max_update(&bbr->btl_bw, BBR_BW_WINDOW_ROUNDS, bbr->round_count, (u32)bw);
@@ -941,10 +947,13 @@ done:
 
 /* One event per ACK when tracing is on (see ccctl_trace.h): the common TCP
  * state, BBR's model and gains, then whatever the variant adds.  pacing_gain
- * is the gain this ACK's pacing rate was set with, after the variant's hook
- * (Modest BBR scales BBR's gain by its searched proportion). */
+ * and cwnd_gain are the gains this ACK's pacing rate and cwnd target were set
+ * with, after the variant's hooks (Modest BBR scales BBR's pacing gain by its
+ * searched proportion; patched BBR divides it by Θ and adds alpha to the cwnd
+ * gain). */
 static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs,
-				      u32 pacing_gain, const struct ccctl_params *p, void *v)
+				      u32 pacing_gain, u32 cwnd_gain, const struct ccctl_params *p,
+				      void *v)
 {
 	struct bbr *bbr = bbr_of(sk);
 	struct ccctl_event *e;
@@ -956,7 +965,7 @@ static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample 
 	e->param_digest = ccctl_params_digest(p);
 	e->bbr_mode = bbr->mode;
 	e->pacing_gain = pacing_gain;
-	e->cwnd_gain = bbr->cwnd_gain;
+	e->cwnd_gain = cwnd_gain;
 	/* packets/us << BW_SCALE -> bytes/s, without the pacing margin */
 	e->btl_bw = ((u64)bbr_bw(bbr) * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
 	bbr_hook_trace(sk, e, v);
@@ -969,7 +978,7 @@ static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *
 {
 	struct bbr *bbr = bbr_of(sk);
 	struct ccctl_params p;
-	u32 bw, pacing_gain;
+	u32 bw, pacing_gain, cwnd_gain;
 	void *v;
 
 	ccctl_params_read(&p); /* the one set this ACK acts on */
@@ -978,9 +987,10 @@ static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *
 
 	bw = bbr_bw(bbr);
 	pacing_gain = bbr_hook_pacing_gain(sk, bbr->pacing_gain, v);
+	cwnd_gain = bbr_hook_cwnd_gain(sk, bbr->cwnd_gain, v);
 	bbr_set_pacing_rate(sk, bw, pacing_gain);
-	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, bbr->cwnd_gain, v);
-	bbr_trace(sk, rs, pacing_gain, &p, v);
+	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, cwnd_gain, v);
+	bbr_trace(sk, rs, pacing_gain, cwnd_gain, &p, v);
 }
 
 CCCTL_CONG_CONTROL(bbr_cong_control, bbr_main);

@@ -78,10 +78,15 @@ struct ccctl_meta {
 /* Fixed-point unit of Modest BBR's W_min and W_max: fractions x 1024. */
 #define CCCTL_W_UNIT 1024
 
+/* Fixed point of patched BBR's on-percentage Θ (eq. 11): 1.0 = 1024. */
+#define CCCTL_THETA_UNIT 1024
+
 /* Which algorithms have a parameter (CCCTL_PARAMS' algos): 1 << CCCTL_ALGO_*. */
-#define CCCTL_ALGOS_BBR_FAMILY ((1u << CCCTL_ALGO_BBR) | (1u << CCCTL_ALGO_MODEST_BBR))
+#define CCCTL_ALGOS_BBR_FAMILY                                                                     \
+	((1u << CCCTL_ALGO_BBR) | (1u << CCCTL_ALGO_MODEST_BBR) | (1u << CCCTL_ALGO_PATCHED_BBR))
 #define CCCTL_ALGOS_MODEST (1u << CCCTL_ALGO_MODEST_BBR)
 #define CCCTL_ALGOS_DSTAR (1u << CCCTL_ALGO_DSTAR)
+#define CCCTL_ALGOS_PATCHED (1u << CCCTL_ALGO_PATCHED_BBR)
 
 /*
  * Every tunable parameter, defined here once.  Each X(...) row is:
@@ -150,7 +155,37 @@ struct ccctl_meta {
 	  "RTTs", "TCP D*: GAIN 1 (settling at the new window) lasts more than this many RTTs")   \
 	X(dstar_gain2_rtts, "gain2_rtts", "gain2-rtts", CCCTL_ALGOS_DSTAR, 1, 1, 1, 0, 16, 0, 1,   \
 	  "RTTs",                                                                                  \
-	  "TCP D*: GAIN 2 (counting delivered packets for eq. 1) lasts more than this many RTTs")
+	  "TCP D*: GAIN 2 (counting delivered packets for eq. 1) lasts more than this many RTTs")  \
+	/* Patched BBR (patched-bbr-cloud.txt Pseudocode 2).  Θ thresholds: the paper's 2/3 and   \
+	 * 1/3 (x CCCTL_THETA_UNIT), 0 < theta_heavy < theta_little <= 1 (ccctl checks the pair,  \
+	 * patched_bbr.bpf.c clamps it).  Off threshold: Sec. V-C-2's 1 ms, from 0.1 ms (timer    \
+	 * noise) to 100 ms (above it no realistic schedule is seen).  Eq. 38's alpha per level,  \
+	 * x CCCTL_GAIN_UNIT, 0 to 4 BDP (beyond that only queues grow).  stall_filter: 1 leaves  \
+	 * the whole machine's stalls (a 1 ms heartbeat timer's lateness) out of Off, for an      \
+	 * emulated testbed only; a real descheduled VM stalls as a whole too. */                 \
+	X(theta_little, "theta_little", "theta-little", CCCTL_ALGOS_PATCHED, CCCTL_THETA_UNIT,    \
+	  (CCCTL_THETA_UNIT * 2 + 1) / 3, 0, 1, CCCTL_THETA_UNIT, 0, 0, "Θ",                       \
+	  "patched BBR: on-percentage above which descheduling is 'little' (no pacing boost, "    \
+	  "alpha_little)")                                                                         \
+	X(theta_heavy, "theta_heavy", "theta-heavy", CCCTL_ALGOS_PATCHED, CCCTL_THETA_UNIT,       \
+	  CCCTL_THETA_UNIT / 3, 0, 1, CCCTL_THETA_UNIT, 1, 0, "Θ",                                 \
+	  "patched BBR: on-percentage at or below which descheduling is 'heavy' (alpha_heavy)")   \
+	X(off_thresh_us, "off_thresh", "off-thresh", CCCTL_ALGOS_PATCHED, 1000, 1000, 100, 0,     \
+	  100000, 0, 0, "ms",                                                                      \
+	  "patched BBR: a send gap this much longer than the pacing gap counts as Off")           \
+	X(alpha_little, "alpha_little", "alpha-little", CCCTL_ALGOS_PATCHED, CCCTL_GAIN_UNIT, 0,  \
+	  0, 0, 4 * CCCTL_GAIN_UNIT, 0, 0, "x BDP",                                                \
+	  "patched BBR: cwnd gain added when Θ > theta_little (eq. 38)")                           \
+	X(alpha_medium, "alpha_medium", "alpha-medium", CCCTL_ALGOS_PATCHED, CCCTL_GAIN_UNIT,     \
+	  CCCTL_GAIN_UNIT, 0, 0, 4 * CCCTL_GAIN_UNIT, 0, 0, "x BDP",                               \
+	  "patched BBR: cwnd gain added when theta_heavy < Θ <= theta_little (eq. 38)")            \
+	X(alpha_heavy, "alpha_heavy", "alpha-heavy", CCCTL_ALGOS_PATCHED, CCCTL_GAIN_UNIT,        \
+	  2 * CCCTL_GAIN_UNIT, 0, 0, 4 * CCCTL_GAIN_UNIT, 0, 0, "x BDP",                           \
+	  "patched BBR: cwnd gain added when Θ <= theta_heavy (eq. 38)")                           \
+	X(stall_filter, "stall_filter", "stall-filter", CCCTL_ALGOS_PATCHED, 1, 0, 0, 0, 1, 0, 1,  \
+	  "0/1",                                                                                   \
+	  "patched BBR: 1 leaves the whole machine's stalls (heartbeat timer lateness) out of "   \
+	  "Off; for emulated testbeds only")
 
 /*
  * Tunable parameters of one algorithm: its pinned "params" map (one entry of
@@ -280,8 +315,17 @@ struct ccctl_event {
 	__u32 max_win;        /* packets */
 	__u32 last_cwnd;      /* packets */
 	__u32 pad2;
-	/* Reserved for patched BBR: filled when it lands. */
-	__s64 theta_fp;       /* patched BBR theta x 65536 */
+	/* Patched BBR (0 where it does not apply) */
+	__u32 theta;          /* Θ in force, x CCCTL_THETA_UNIT (eq. 11, estimated last round) */
+	__u32 alpha;          /* eq. 38's alpha in force, x CCCTL_GAIN_UNIT */
+	__u32 on_us;          /* On time of the current round so far, us */
+	__u32 off_us;         /* Off time of the current round so far, us */
+	__u32 theta_on_us;    /* On time of the round Θ in force was estimated over, us */
+	__u32 theta_off_us;   /* Off time of that round, us */
+	__u32 bbr_pacing_gain;/* BBR's pacing gain p before eq. 37, x CCCTL_GAIN_UNIT */
+	__u32 stall_us;       /* machine stall time left out of the current round's Off, us */
+	__u64 bw_raw;         /* this ACK's delivery-rate sample D, bytes/s (0: none) */
+	__u64 bw_corrected;   /* the sample fed to the max filter, D/Θ in ProbeBW (eq. 36), bytes/s */
 	/* TCP D* (0 where it does not apply) */
 	__u8 dstar_mode;      /* CCCTL_DSTAR_* */
 	__u8 dstar_slow_start;/* 1 while in slow start (Sec. 3.3) */
@@ -297,7 +341,7 @@ struct ccctl_event {
 	__u64 dstar_min_rtt_stamp_ns;/* when dstar_min_rtt_us was last refreshed, ts_ns's clock */
 };
 
-/* The event is 184 bytes with no implicit padding on either side. */
-#define CCCTL_EVENT_SIZE 184
+/* The event is 224 bytes with no implicit padding on either side. */
+#define CCCTL_EVENT_SIZE 224
 
 #endif /* __CCCTL_ABI_H */

@@ -43,6 +43,12 @@ typedef _Bool bool;
 struct bpf_spin_lock {
 	__u32 val;
 };
+/* uapi struct bpf_timer: opaque, embedded in a map value. */
+struct bpf_timer {
+	__u64 __opaque[2];
+} __attribute__((aligned(8)));
+
+#define CLOCK_MONOTONIC 1
 
 /* uapi constants (include/uapi/linux/bpf.h) */
 enum bpf_map_type {
@@ -153,6 +159,11 @@ struct tcp_sock {
 	__u32 data_segs_out;
 	__u64 bytes_acked;
 	__u64 bytes_retrans;
+} __attribute__((preserve_access_index));
+
+/* Only what patched BBR's transmit tracer reads (include/linux/skbuff.h). */
+struct sk_buff {
+	struct sock *sk;        /* owning socket, NULL if none */
 } __attribute__((preserve_access_index));
 
 struct rate_sample {

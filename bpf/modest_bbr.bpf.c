@@ -252,6 +252,17 @@ static void modest_linear(struct sock *sk, const struct rate_sample *rs, struct 
 	}
 }
 
+/* Modest BBR leaves BBR's bandwidth samples and cwnd gain alone. */
+static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64 bw)
+{
+	return bw;
+}
+
+static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v)
+{
+	return gain;
+}
+
 /*
  * Runs on every ACK after BBR has updated its model: the only lookup of the
  * search state on this ACK (the pacing, cwnd and trace hooks get it from

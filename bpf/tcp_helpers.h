@@ -11,6 +11,7 @@
 #define USEC_PER_MSEC 1000ULL
 #define USEC_PER_SEC 1000000ULL
 #define NSEC_PER_USEC 1000ULL
+#define NSEC_PER_SEC 1000000000ULL
 
 /* ssthresh meaning "no threshold yet" (include/net/tcp.h) */
 #define TCP_INFINITE_SSTHRESH 0x7fffffff

@@ -42,6 +42,13 @@ fn the_two_sets() -> [abi::ccctl_params; 2] {
         dstar_drain_rtts: 3,
         dstar_gain1_rtts: 3,
         dstar_gain2_rtts: 2,
+        theta_little: 800,
+        theta_heavy: 200,
+        off_thresh_us: 2000,
+        alpha_little: abi::CCCTL_GAIN_UNIT / 2,
+        alpha_medium: 2 * abi::CCCTL_GAIN_UNIT,
+        alpha_heavy: 3 * abi::CCCTL_GAIN_UNIT,
+        stall_filter: 1,
     };
     [a, b]
 }

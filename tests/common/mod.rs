@@ -10,6 +10,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod modest;
 pub mod modest_wmax;
+pub mod patched;
 pub mod tracing;
 pub mod tune;
 

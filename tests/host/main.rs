@@ -112,6 +112,54 @@ mod flows {
             0,
         );
     }
+
+    /// patched_bbr (struct_ops link plus its tp_btf transmit tracer, pinned
+    /// beside it) carries a flow through the same bottleneck at 85 %.
+    #[test]
+    fn patched_bbr_carries_a_flow() {
+        let _clean = Clean::new();
+        let (flow, seen) = crate::common::patched::patched_bbr_flow(
+            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+            10,
+        );
+        crate::common::patched::assert_carries(RATE_BPS as f64, &flow, &seen, 0.85);
+    }
+
+    /// Pseudocode 2 read back from patched_bbr's trace (see the function).
+    /// This kernel has no taprio for a gate, so the Off threshold is tuned
+    /// down to 0.1 ms and both Θ thresholds up to 0.9/0.999: the 0-RTT
+    /// link's own sub-millisecond gaps then give rounds of every level, and
+    /// every branch of eqs. 36-38 is taken and checked.
+    #[test]
+    fn patched_bbr_follows_pseudocode2() {
+        use crate::common::patched::{pseudocode2_from_trace, Rule};
+        let _clean = Clean::new();
+        let tb =
+            crate::common::flows::testbed(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
+        let rule = Rule {
+            theta_little: 1023.0 / 1024.0,
+            theta_heavy: 922.0 / 1024.0,
+            alpha: [2.0, 1.0, 0.0],
+        };
+        let sum = pseudocode2_from_trace(
+            &tb,
+            12,
+            std::time::Duration::from_secs(2),
+            &[
+                "--off-thresh",
+                "0.1",
+                "--theta-little",
+                "0.999",
+                "--theta-heavy",
+                "0.9",
+            ],
+            rule,
+        );
+        assert!(
+            sum.boosted > 0 && sum.corrected > 0 && sum.levels.iter().all(|&n| n > 0),
+            "not every branch of Pseudocode 2 was taken: {sum:?}"
+        );
+    }
 }
 
 /// TCP D* on the host kernel (6.18: struct_ops link, 4-argument
@@ -468,5 +516,10 @@ mod tune {
                 .with_rtts(&[std::time::Duration::ZERO]),
             6,
         );
+    }
+
+    #[test]
+    fn patched_bbr_parameters() {
+        crate::common::patched::patched_bbr_parameters();
     }
 }

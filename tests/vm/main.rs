@@ -717,6 +717,101 @@ mod modest {
     }
 }
 
+/// patched BBR (issue 11) on the 6.1 kernel, and the lab's sender gate.
+mod patched {
+    use super::*;
+    use crate::common::patched::{self, Rule};
+    use ccctl_lab::testbed::Gate;
+
+    /// Loads through the 2-argument cong_control and a map registration,
+    /// its transmit tracer attached, and carries a flow on a link the
+    /// emulator carries (half of it: BBR-family flows in this VM measured
+    /// 62-89 % ungated).
+    #[test]
+    fn patched_bbr_loads_and_carries_a_flow() {
+        require_vm();
+        let _clean = Clean::new();
+        let (rate, flow, seen) = measure_on_a_healthy_link("patched_bbr flow", |rate| {
+            let (flow, seen) = patched::patched_bbr_flow(equivalence_link(rate, 1), 20);
+            Ok((rate, flow, seen))
+        });
+        patched::assert_carries(rate as f64, &flow, &seen, 0.5);
+    }
+
+    /// The gate of the lab keeps time (On 20 / Off 60 ms on 10 Mbit/s, 40 ms):
+    /// every packet on the sender's link in an On window, within 1 ms.
+    #[test]
+    fn sender_gate_passes_packets_only_in_on_windows() {
+        require_vm();
+        patched::gate_passes_packets_only_in_on_windows(10_000_000, RTT, 20, 60);
+    }
+
+    /// Pseudocode 2 from the trace of a patched_bbr flow whose sender is
+    /// gated Heavy (On 10 / Off 70 ms, Θ = 0.125): every rule recomputed
+    /// from the traced inputs, the heavy level and the probe's pacing boost
+    /// taken, and the mean Θ in force after a 5 s warm-up below 0.5.
+    #[test]
+    fn patched_bbr_follows_pseudocode2_under_a_heavy_gate() {
+        require_vm();
+        let _clean = Clean::new();
+        let rate = 10_000_000;
+        let mut cfg = TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500)).with_rtts(&[RTT]);
+        let gate = Gate {
+            on: Duration::from_millis(10),
+            off: Duration::from_millis(70),
+        };
+        cfg.senders[0].gate = Some(gate);
+        let tb = testbed(cfg);
+        // No stall_filter: it cannot tell the emulator's stalls from the
+        // gate's Off periods they overlap (it read Θ 0.32-0.42 here).
+        let sum =
+            patched::pseudocode2_from_trace(&tb, 25, Duration::from_secs(5), &[], Rule::DEFAULT);
+        assert!(
+            sum.levels[0] > 0 && sum.boosted > 0 && sum.corrected > 0,
+            "the heavy branch of Pseudocode 2 was not taken: {sum:?}"
+        );
+        // The gate is seen: a sender whose Off periods go unnoticed reads Θ
+        // near 1 (0.99 when the router's side of the gate leaked, 0.98-0.99
+        // ungated). The issue's +-0.1 target is not met (0.29-0.32 here,
+        // 0.23 in the lab at 20 Mbit/s; README, patched BBR): measured in
+        // the lab, not asserted.
+        assert!(
+            sum.mean_theta < 0.5,
+            "mean Θ {:.3} under a gate of Θ 0.125: the Off periods were not seen",
+            sum.mean_theta
+        );
+    }
+
+    /// Ungated in the emulator, with its own stalls left out (stall_filter):
+    /// Pseudocode 2 holds and the mean Θ after a 5 s warm-up is at least 0.9.
+    #[test]
+    fn patched_bbr_theta_stays_near_one_ungated() {
+        require_vm();
+        let _clean = Clean::new();
+        let rate = 10_000_000;
+        let tb =
+            testbed(TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500)).with_rtts(&[RTT]));
+        let sum = patched::pseudocode2_from_trace(
+            &tb,
+            20,
+            Duration::from_secs(5),
+            &["--stall-filter", "1"],
+            Rule::DEFAULT,
+        );
+        assert!(
+            sum.mean_theta >= 0.9,
+            "mean Θ {:.3} ungated",
+            sum.mean_theta
+        );
+    }
+
+    #[test]
+    fn patched_bbr_parameters() {
+        require_vm();
+        crate::common::patched::patched_bbr_parameters();
+    }
+}
+
 /// `ccctl tune` and `ccctl load ALGO --PARAM X` on the 6.1 kernel: the same
 /// cases as the host's, every bad input refused with the map unchanged.
 mod tune {

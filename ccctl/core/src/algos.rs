@@ -66,6 +66,11 @@ pub static ALGORITHMS: &[Algorithm] = &[Algorithm {
     kernel_name: "dstar",
     summary: "TCP D*: window first, no pacing; DRAIN/GAIN 1/GAIN 2 cycle sets cwnd = BDP + gain_cwnd from the BDP estimate's deviation",
     register: skeleton_register!(dstar::DstarSkelBuilder),
+}, Algorithm {
+    name: "patched-bbr",
+    kernel_name: "patched_bbr",
+    summary: "patched BBR: BBR v1 corrected in probe_bw for a descheduled sender's on-percentage Θ (bandwidth D/Θ, probe pacing /Θ, cwnd + alpha)",
+    register: skeleton_register!(patched_bbr::PatchedBbrSkelBuilder),
 }];
 
 /// Find an algorithm by its user or kernel name.

@@ -19,3 +19,7 @@ pub mod modest_bbr {
 pub mod dstar {
     include!(concat!(env!("OUT_DIR"), "/dstar.skel.rs"));
 }
+
+pub mod patched_bbr {
+    include!(concat!(env!("OUT_DIR"), "/patched_bbr.skel.rs"));
+}

@@ -6,7 +6,10 @@
 //!           where registration outlives every fd until the entry is deleted;
 //!   `meta`  bookkeeping (`struct ccctl_meta`): when, how, and the default
 //!           congestion control to restore on unload;
-//!   `params` the tunable parameters (`struct ccctl_params`).
+//!   `params` the tunable parameters (`struct ccctl_params`);
+//!   `<program>` the link of each tracing program the object carries
+//!           (patched_bbr's transmit tracer `patched_bbr_skb_sent`), so it
+//!           stays attached exactly as long as the registration.
 //! Those pins are the whole state: `status` and `unload` read nothing else.
 //!
 //! Beside them, `<bpffs>/ccctl/shared/` holds the maps every algorithm
@@ -26,7 +29,7 @@ use std::{
 
 use libbpf_rs::{
     skel::{OpenSkel, Skel},
-    Link, MapCore, MapFlags, MapHandle, PrintLevel,
+    Link, MapCore, MapFlags, MapHandle, PrintLevel, ProgramType,
 };
 use serde::Serialize;
 
@@ -43,6 +46,9 @@ const MAP_OPS_PRE610: &str = "ops_pre610";
 const MAP_META: &str = "meta";
 const PIN_LINK: &str = "link";
 const MAP_PARAMS: &str = "params";
+/// patched_bbr's heartbeat timer: pinned so the timer outlives this process
+/// (a map's timers are cancelled when its last user reference goes).
+const MAP_HEARTBEAT: &str = "heartbeat";
 const MAP_TRACE_EVENTS: &str = "trace_events";
 /// Ring-buffer size override for the next first load (bytes, a power of two
 /// of at least 4096); tests shrink it to force overflows.
@@ -455,6 +461,20 @@ where
     };
     drop(log);
 
+    // Tracing programs (fentry) beside the struct_ops: attached now, pinned
+    // with the rest below; dropped (detached) on any early return.
+    let mut tracers: Vec<(String, Link)> = Vec::new();
+    for prog in skel.object().progs_mut() {
+        if prog.prog_type() != ProgramType::Tracing {
+            continue;
+        }
+        let name = prog.name().to_string_lossy().into_owned();
+        let link = prog
+            .attach()
+            .map_err(bpf(format!("attaching the tracing program {name}")))?;
+        tracers.push((name, link));
+    }
+
     let object = skel.object_mut();
     let mut maps: Vec<_> = object.maps_mut().collect();
     let ops_idx = maps
@@ -510,6 +530,19 @@ where
             maps[ops_idx]
                 .pin(plan.pin_dir.join(MAP_OPS))
                 .map_err(bpf("pinning the struct_ops map"))?;
+        }
+        if let Some(i) = maps
+            .iter()
+            .position(|m| m.name() == OsStr::new(MAP_HEARTBEAT))
+        {
+            maps[i]
+                .pin(plan.pin_dir.join(MAP_HEARTBEAT))
+                .map_err(bpf("pinning the heartbeat map"))?;
+        }
+        for (name, tracer) in tracers.iter_mut() {
+            tracer
+                .pin(plan.pin_dir.join(name.as_str()))
+                .map_err(bpf(format!("pinning the link of {name}")))?;
         }
         Ok(())
     };

@@ -60,6 +60,9 @@ pub const W_MIN_LO: f64 = W_MIN.min;
 // are the ones the BPF side clamps to, defined there once.
 include!(concat!(env!("OUT_DIR"), "/params_table.rs"));
 
+/// Scale of patched BBR's Θ thresholds in the map (`CCCTL_THETA_UNIT`).
+pub const THETA_UNIT: f64 = abi::CCCTL_THETA_UNIT as f64;
+
 /// Every row's default, version 1: the set the BPF side uses at version 0.
 pub fn defaults() -> abi::ccctl_params {
     let mut p = abi::ccctl_params {
@@ -135,6 +138,8 @@ impl ParamDef {
         match self.name {
             "w_min" => format!("above {W_MIN_LO}, below w_max"),
             "w_max" => "above w_min, up to 1".into(),
+            "theta_little" => "above theta_heavy, up to 1".into(),
+            "theta_heavy" => "above 0, below theta_little".into(),
             _ => self.allowed(),
         }
     }
@@ -359,6 +364,7 @@ pub fn validate(
         (def.set)(&mut next, raw);
     }
     check_window(algo, defs_for(algo), &next, &resolved)?;
+    check_theta(algo, defs_for(algo), &next, &resolved)?;
     next.version = current.version.wrapping_add(1).max(1);
     Ok(next)
 }
@@ -449,6 +455,56 @@ fn check_window(
             algo,
             format!("{} and {}", W_MIN.label(), W_MAX.label()),
             format!("w_min {a} must be below w_max {b}{note}; {rule}"),
+        ));
+    }
+    Ok(())
+}
+
+/// 0 < theta_heavy < theta_little <= 1 on the set `p` (patched BBR's
+/// descheduling levels must not overlap), in the map's fixed point.
+fn check_theta(
+    algo: &Algorithm,
+    defs: &[ParamDef],
+    p: &abi::ccctl_params,
+    given: &[(&ParamDef, &str, f64)],
+) -> Result<()> {
+    let has = |n: &str| defs.iter().any(|d| d.name == n);
+    if !(has(THETA_HEAVY.name) && has(THETA_LITTLE.name)) {
+        return Ok(());
+    }
+    let shown = |d: &ParamDef| {
+        given
+            .iter()
+            .find(|(g, _, _)| g.name == d.name)
+            .map(|(_, _, v)| *v)
+            .unwrap_or_else(|| d.display((d.get)(p)))
+    };
+    let rule = "allowed: 0 < theta_heavy < theta_little <= 1";
+    if p.theta_heavy == 0 || p.theta_heavy as f64 >= THETA_UNIT {
+        return Err(invalid(
+            algo,
+            THETA_HEAVY.label(),
+            format!("{} is out of range; {rule}", shown(&THETA_HEAVY)),
+        ));
+    }
+    if p.theta_little == 0 || p.theta_little as f64 > THETA_UNIT {
+        return Err(invalid(
+            algo,
+            THETA_LITTLE.label(),
+            format!("{} is out of range; {rule}", shown(&THETA_LITTLE)),
+        ));
+    }
+    if p.theta_heavy >= p.theta_little {
+        let (a, b) = (shown(&THETA_HEAVY), shown(&THETA_LITTLE));
+        let note = if a < b {
+            format!(" (equal in the map's steps of 1/{THETA_UNIT})")
+        } else {
+            String::new()
+        };
+        return Err(invalid(
+            algo,
+            format!("{} and {}", THETA_HEAVY.label(), THETA_LITTLE.label()),
+            format!("theta_heavy {a} must be below theta_little {b}{note}; {rule}"),
         ));
     }
     Ok(())

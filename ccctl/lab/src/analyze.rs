@@ -133,6 +133,11 @@ pub struct SummaryRow {
     pub start_s: Option<f64>,
     pub duration_s: f64,
     pub flow_rtt_ms: Option<f64>,
+    /// The flow's sender On/Off gate (the ground truth of Θ), if gated.
+    pub schedule_on_ms: Option<f64>,
+    pub schedule_off_ms: Option<f64>,
+    /// The gate's on-percentage On / (On + Off) (patched-bbr-cloud.txt eq. 11).
+    pub schedule_theta: Option<f64>,
     pub metrics: FlowMetrics,
     pub share: Option<f64>,
     pub harm_tput: Option<f64>,
@@ -228,6 +233,9 @@ pub fn analyze(plan: &Plan, records: &[JobRecord]) -> Analysis {
                 start_s: Some(f.plan.start.as_secs_f64()),
                 duration_s: f.plan.duration.as_secs_f64(),
                 flow_rtt_ms: Some(f.plan.rtt.as_secs_f64() * 1e3),
+                schedule_on_ms: f.plan.schedule.map(|s| s.on.0.as_secs_f64() * 1e3),
+                schedule_off_ms: f.plan.schedule.map(|s| s.off.0.as_secs_f64() * 1e3),
+                schedule_theta: f.plan.schedule.map(|s| s.theta()),
                 metrics: m.clone(),
                 share: m.goodput_bps.filter(|_| total > 0.0).map(|g| g / total),
                 ..base.clone()
@@ -361,6 +369,7 @@ mod tests {
                 start: Duration::from_secs(start_s),
                 duration: Duration::from_secs(10),
                 rtt: Duration::from_millis(30),
+                schedule: None,
             },
             kernel_cc: "cubic".into(),
             sender: 0,

@@ -1,9 +1,10 @@
 //! Executes one job: builds its testbed, runs iperf3 per flow, samples every
 //! flow's socket through inet_diag every 100 ms, tears the testbed down.
 //!
-//! Sender hosts: flows with the same base RTT share one sender namespace
-//! (the RTT lives on that host's ACK path), so tens of flows do not need tens
-//! of namespaces. Each flow has its own iperf3 server port; its data
+//! Sender hosts: flows with the same base RTT and the same On/Off schedule
+//! share one sender namespace (the RTT lives on that host's ACK path, the
+//! schedule gates that host), so tens of flows do not need tens of
+//! namespaces. Each flow has its own iperf3 server port; its data
 //! connection is the socket whose local port iperf3 reports at the end
 //! (the control connection to the same port is dropped).
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::iperf::{self, FlowResult, FlowSpec};
 use crate::scenario::{Aqm, FlowPlan};
 use crate::sockdiag::DiagSocket;
-use crate::testbed::{self, QdiscStats, Role, Testbed, TestbedConfig};
+use crate::testbed::{self, Gate, QdiscStats, Role, SenderConfig, Testbed, TestbedConfig};
 
 use super::plan::Job;
 use super::{interrupt, LabError};
@@ -56,25 +57,36 @@ pub struct JobRecord {
     pub trace: Option<std::path::PathBuf>,
 }
 
-/// Distinct base RTTs in order of first appearance: one sender host each.
-pub fn sender_rtts(flows: &[FlowPlan]) -> (Vec<Duration>, Vec<usize>) {
-    let mut rtts: Vec<Duration> = Vec::new();
+/// Distinct (base RTT, schedule) pairs in order of first appearance: one
+/// sender host each; and each flow's host.
+pub fn sender_hosts(flows: &[FlowPlan]) -> (Vec<SenderConfig>, Vec<usize>) {
+    let mut hosts: Vec<SenderConfig> = Vec::new();
     let senders = flows
         .iter()
-        .map(|f| match rtts.iter().position(|r| *r == f.rtt) {
-            Some(i) => i,
-            None => {
-                rtts.push(f.rtt);
-                rtts.len() - 1
+        .map(|f| {
+            let host = SenderConfig {
+                rtt: f.rtt,
+                gate: f.schedule.map(|s| Gate {
+                    on: s.on.0,
+                    off: s.off.0,
+                }),
+            };
+            match hosts.iter().position(|h| *h == host) {
+                Some(i) => i,
+                None => {
+                    hosts.push(host);
+                    hosts.len() - 1
+                }
             }
         })
         .collect();
-    (rtts, senders)
+    (hosts, senders)
 }
 
 pub fn testbed_config(job: &Job) -> TestbedConfig {
-    let (rtts, _) = sender_rtts(&job.flows);
-    let mut cfg = TestbedConfig::new(job.link.rate.bps(), job.link.buffer_bytes).with_rtts(&rtts);
+    let (hosts, _) = sender_hosts(&job.flows);
+    let mut cfg = TestbedConfig::new(job.link.rate.bps(), job.link.buffer_bytes);
+    cfg.senders = hosts;
     if job.link.loss > 0.0 {
         cfg = cfg.with_loss(job.link.loss);
     }
@@ -93,7 +105,7 @@ pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRec
     if let Some(sig) = interrupt::received() {
         return Err(LabError::Interrupted(sig));
     }
-    let (_, senders) = sender_rtts(&job.flows);
+    let (_, senders) = sender_hosts(&job.flows);
     let setup_secs = wall.elapsed().as_secs_f64();
 
     let mut diag = Vec::new();
@@ -210,13 +222,23 @@ pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRec
 
 /// `tc qdisc show` of every router interface, one line per qdisc.
 fn qdisc_description(tb: &Testbed) -> Vec<String> {
-    tb.exec(Role::Router, &["tc", "qdisc", "show"])
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| !l.contains("noqueue"))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    let shown = |role: Role, prefix: &str| -> Vec<String> {
+        tb.exec(role, &["tc", "qdisc", "show"])
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter(|l| !l.contains("noqueue"))
+                    .map(|l| format!("{prefix}{l}"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = shown(Role::Router, "");
+    // Gated senders' own taprio roots (the On/Off schedule), prefixed by host.
+    for (i, s) in tb.config().senders.iter().enumerate() {
+        if s.gate.is_some() {
+            out.extend(shown(Role::Sender(i), &format!("sender {i}: ")));
+        }
+    }
+    out
 }

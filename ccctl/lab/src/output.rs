@@ -83,6 +83,17 @@ pub struct RunMeta {
     pub qdiscs: Vec<String>,
     /// Per-ACK trace of our algorithms' flows (relative to the run directory).
     pub trace: Option<String>,
+    /// Per flow (in run order) its sender's On/Off gate, null when always On:
+    /// the ground truth of patched BBR's Θ.
+    pub schedules: Vec<Option<ScheduleMeta>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ScheduleMeta {
+    pub on_ms: f64,
+    pub off_ms: f64,
+    /// On / (On + Off).
+    pub theta: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -194,6 +205,18 @@ impl Metadata {
                     .as_ref()
                     .and_then(|p| p.file_name())
                     .map(|f| format!("traces/{}", f.to_string_lossy())),
+                schedules: r
+                    .job
+                    .flows
+                    .iter()
+                    .map(|f| {
+                        f.schedule.map(|s| ScheduleMeta {
+                            on_ms: s.on.0.as_secs_f64() * 1e3,
+                            off_ms: s.off.0.as_secs_f64() * 1e3,
+                            theta: s.theta(),
+                        })
+                    })
+                    .collect(),
             })
             .collect();
     }
@@ -267,6 +290,8 @@ pub fn write_samples(path: &Path, records: &[JobRecord]) -> Result<(), LabError>
     let mut lost = Vec::new();
     let mut ca_state = Vec::new();
     let mut mss = Vec::new();
+    let mut sched_on = Vec::new();
+    let mut sched_off = Vec::new();
     for r in records {
         for (fi, f) in r.flows.iter().enumerate() {
             for (i, s) in f.samples.iter().enumerate() {
@@ -300,6 +325,8 @@ pub fn write_samples(path: &Path, records: &[JobRecord]) -> Result<(), LabError>
                 lost.push(info.lost);
                 ca_state.push(info.ca_state as u32);
                 mss.push(info.snd_mss);
+                sched_on.push(f.plan.schedule.map(|s| s.on.0.as_secs_f64() * 1e3));
+                sched_off.push(f.plan.schedule.map(|s| s.off.0.as_secs_f64() * 1e3));
             }
         }
     }
@@ -327,6 +354,8 @@ pub fn write_samples(path: &Path, records: &[JobRecord]) -> Result<(), LabError>
             Column::new("lost_pkts".into(), lost),
             Column::new("ca_state".into(), ca_state),
             Column::new("mss".into(), mss),
+            Column::new("schedule_on_ms".into(), sched_on),
+            Column::new("schedule_off_ms".into(), sched_off),
         ],
     )
 }
@@ -359,6 +388,9 @@ pub fn write_summary(path: &Path, rows: &[SummaryRow]) -> Result<(), LabError> {
             col!("start_s", |r| r.start_s),
             col!("duration_s", |r| r.duration_s),
             col!("flow_rtt_ms", |r| r.flow_rtt_ms),
+            col!("schedule_on_ms", |r| r.schedule_on_ms),
+            col!("schedule_off_ms", |r| r.schedule_off_ms),
+            col!("schedule_theta", |r| r.schedule_theta),
             col!("goodput_bps", |r| r.metrics.goodput_bps),
             col!("share", |r| r.share),
             col!("retransmits", |r| r.metrics.retransmits),

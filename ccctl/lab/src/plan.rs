@@ -98,12 +98,20 @@ pub struct Plan {
     pub baselines: Baselines,
 }
 
-/// Identity of a flow for solo reuse: cc, RTT and length.
+/// `~on/off us` of a gated sender, empty for one that is always On.
+fn schedule_key(f: &FlowPlan) -> String {
+    f.schedule
+        .map(|s| format!("~{}/{}us", s.on.0.as_micros(), s.off.0.as_micros()))
+        .unwrap_or_default()
+}
+
+/// Identity of a flow for solo reuse: cc, RTT, sender schedule and length.
 pub fn solo_key(f: &FlowPlan) -> String {
     format!(
-        "{}@{}us/{}ms",
+        "{}@{}us{}/{}ms",
         f.cc,
         f.rtt.as_micros(),
+        schedule_key(f),
         f.duration.as_millis()
     )
 }
@@ -114,10 +122,11 @@ pub fn same_cc_key(flows: &[FlowPlan], cc: &str) -> String {
         .iter()
         .map(|f| {
             format!(
-                "{}ms+{}ms@{}us",
+                "{}ms+{}ms@{}us{}",
                 f.start.as_millis(),
                 f.duration.as_millis(),
-                f.rtt.as_micros()
+                f.rtt.as_micros(),
+                schedule_key(f)
             )
         })
         .collect();
@@ -176,6 +185,7 @@ pub fn plan(sc: &Scenario) -> Plan {
                     start: Duration::ZERO,
                     duration,
                     rtt: link.rtt.0,
+                    schedule: None,
                 }],
                 duration,
                 warmup: CALIBRATION_WARMUP.min(sc.warmup.0).min(duration / 3),

@@ -14,7 +14,8 @@
 //! loss = 0.0                # random loss probability on the data path
 //! aqm = "tail_drop"         # or "fq_codel"
 //!
-//! flows = "cubic:1, bbr:1"  # or [[flows]] tables: cc, count, start, duration, rtt
+//! flows = "cubic:1, bbr:1"  # or [[flows]] tables: cc, count, start, duration, rtt,
+//!                           # schedule = { on = "10ms", off = "70ms" } (a descheduled sender)
 //!
 //! [sweep]                   # every combination becomes a link setting
 //! buffer = ["0.3bdp", "2bdp"]
@@ -119,6 +120,65 @@ pub struct FlowGroup {
     /// Base RTT of these flows; default: the link's (or the swept) RTT.
     #[serde(default)]
     pub rtt: Option<HumanDuration>,
+    /// The sender host of these flows is gated On/Off, as a virtual machine
+    /// the hypervisor deschedules (patched-bbr-cloud.txt Sec. III-C): during
+    /// Off it neither transmits nor receives. Default: always On.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+}
+
+/// An On/Off gate of a sender host: On for `on`, Off for `off`, repeating.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    pub on: HumanDuration,
+    pub off: HumanDuration,
+}
+
+/// Bounds of a schedule's periods: taprio's gate keeps time to well under a
+/// millisecond, and a period shorter than 1 ms is below what the sender's
+/// own Off detection (1 ms past the pacing gap) is meant to see; a cycle
+/// over 1 s is no longer scheduling noise but an outage.
+pub const SCHEDULE_MIN: Duration = Duration::from_millis(1);
+pub const SCHEDULE_MAX_CYCLE: Duration = Duration::from_secs(1);
+
+impl Schedule {
+    /// The on-percentage Θ = On / (On + Off) (patched-bbr-cloud.txt eq. 11).
+    pub fn theta(&self) -> f64 {
+        let on = self.on.0.as_secs_f64();
+        on / (on + self.off.0.as_secs_f64())
+    }
+
+    /// One cycle, On + Off.
+    pub fn cycle(&self) -> Duration {
+        self.on.0 + self.off.0
+    }
+
+    /// Why this schedule cannot be run, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.on.0 < SCHEDULE_MIN || self.off.0 < SCHEDULE_MIN {
+            return Err(format!(
+                "on {} / off {}: each must be at least 1 ms (leave `schedule` out for a sender that is always On)",
+                self.on, self.off
+            ));
+        }
+        if self.cycle() > SCHEDULE_MAX_CYCLE {
+            return Err(format!(
+                "on {} + off {} is a cycle over 1 s",
+                self.on, self.off
+            ));
+        }
+        if self.on.0.subsec_nanos() % 1_000 != 0 || self.off.0.subsec_nanos() % 1_000 != 0 {
+            return Err("on and off must be whole microseconds".into());
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "on {} / off {}", self.on, self.off)
+    }
 }
 
 fn zero_span() -> HumanDuration {
@@ -199,6 +259,7 @@ pub fn parse_flow_shorthand(s: &str) -> Result<Vec<FlowGroup>, String> {
                 start: zero_span(),
                 duration: None,
                 rtt: None,
+                schedule: None,
             })
         })
         .collect()
@@ -222,6 +283,8 @@ pub struct FlowPlan {
     pub start: Duration,
     pub duration: Duration,
     pub rtt: Duration,
+    /// The On/Off gate of this flow's sender host, if any.
+    pub schedule: Option<Schedule>,
 }
 
 /// One run: a link setting, a repetition, its flows.
@@ -308,6 +371,7 @@ impl Scenario {
                     start: g.start.0,
                     duration,
                     rtt,
+                    schedule: g.schedule,
                 })
             })
             .collect()
@@ -486,6 +550,10 @@ impl Scenario {
                     ));
                 }
             }
+            if let Some(sch) = g.schedule {
+                sch.check()
+                    .map_err(|m| bad(format!("{field}.schedule"), m))?;
+            }
             if let Some(r) = g.rtt {
                 if r.0 > Duration::from_secs(10) {
                     return Err(bad(
@@ -562,6 +630,40 @@ buffer = "0.3bdp"
         // `flows` is a top-level key: it must come before [link].
         let (head, tail) = BASE.split_at(BASE.find("[link]").unwrap_or(0));
         Scenario::from_toml(&format!("{head}{extra}\n{tail}"))
+    }
+
+    #[test]
+    fn a_schedule_gates_a_flow_group_and_bad_ones_are_refused() {
+        let sc = with(
+            r#"flows = [{ cc = "bbr", schedule = { on = "10ms", off = "70ms" } }, { cc = "cubic" }]"#,
+        )
+        .expect("valid");
+        let runs = sc.runs();
+        let sch = runs[0].flows[0].schedule.expect("the first group is gated");
+        assert_eq!(
+            (sch.on.0, sch.off.0),
+            (Duration::from_millis(10), Duration::from_millis(70))
+        );
+        assert_eq!(sch.theta(), 0.125);
+        assert_eq!(
+            runs[0].flows[1].schedule, None,
+            "the second group is always On"
+        );
+        for (bad, needle) in [
+            (r#"{ on = "0ms", off = "10ms" }"#, "at least 1 ms"),
+            (r#"{ on = "10ms", off = "0.5ms" }"#, "at least 1 ms"),
+            (r#"{ on = "600ms", off = "600ms" }"#, "cycle over 1 s"),
+            (r#"{ on = "10ms" }"#, "missing field `off`"),
+            (
+                r#"{ on = "10ms", off = "10ms", slot = "1ms" }"#,
+                "unknown field `slot`",
+            ),
+        ] {
+            let e = with(&format!(r#"flows = [{{ cc = "bbr", schedule = {bad} }}]"#))
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -26,7 +26,13 @@
 //! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) (BBR family) |
 //! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s (BBR family) |
 //! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR) |
-//! | `theta` | f64 | patched BBR theta (fixed point / 65536) (patched BBR) |
+//! | `theta` | f64 | Θ in force, estimated over the last round (fixed point / 1024) (patched BBR) |
+//! | `alpha` | f64 | eq. 38's alpha in force, BDPs added to cwnd_gain (fixed point / 256) (patched BBR) |
+//! | `on_us`, `off_us` | u32 | On and Off time of the current round so far, us (patched BBR) |
+//! | `theta_on_us`, `theta_off_us` | u32 | On and Off time of the round `theta` was estimated over, us (patched BBR) |
+//! | `bbr_pacing_gain` | f64 | BBR's pacing gain p before eq. 37 (fixed point / 256) (patched BBR) |
+//! | `stall_us` | u32 | machine stall time left out of the current round's Off (stall_filter), us (patched BBR) |
+//! | `bw_raw_bps`, `bw_corrected_bps` | u64 | this ACK's delivery-rate sample D, and what the max filter saw (D/Θ in probe_bw, eq. 36), bit/s; 0 if no sample (patched BBR) |
 //! | `dstar_mode` | enum string | `drain`, `gain1`, `gain2`, `unknown`: Fig. 1's mode (TCP D*) |
 //! | `dstar_slow_start` | bool | in slow start, Sec. 3.3 (TCP D*) |
 //! | `dstar_bdp`, `dstar_last_bdp` | u32 | packets: the BDP estimate (eq. 2) and the one before (TCP D*) |
@@ -132,7 +138,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 41] = [
+pub const COLUMNS: [&str; 50] = [
     "ts_ns",
     "flow_id",
     "saddr",
@@ -164,6 +170,15 @@ pub const COLUMNS: [&str; 41] = [
     "max_win",
     "last_cwnd",
     "theta",
+    "alpha",
+    "on_us",
+    "off_us",
+    "theta_on_us",
+    "theta_off_us",
+    "bbr_pacing_gain",
+    "stall_us",
+    "bw_raw_bps",
+    "bw_corrected_bps",
     "dstar_mode",
     "dstar_slow_start",
     "dstar_bdp",
@@ -547,6 +562,15 @@ struct Columns {
     max_win: Vec<u32>,
     last_cwnd: Vec<u32>,
     theta: Vec<f64>,
+    alpha: Vec<f64>,
+    on_us: Vec<u32>,
+    off_us: Vec<u32>,
+    theta_on_us: Vec<u32>,
+    theta_off_us: Vec<u32>,
+    bbr_pacing_gain: Vec<f64>,
+    stall_us: Vec<u32>,
+    bw_raw: Vec<u64>,
+    bw_corrected: Vec<u64>,
     dstar_mode: Vec<u8>,
     dstar_slow_start: Vec<bool>,
     dstar_bdp: Vec<u32>,
@@ -602,6 +626,15 @@ impl Columns {
             max_win: v(n),
             last_cwnd: v(n),
             theta: v(n),
+            alpha: v(n),
+            on_us: v(n),
+            off_us: v(n),
+            theta_on_us: v(n),
+            theta_off_us: v(n),
+            bbr_pacing_gain: v(n),
+            stall_us: v(n),
+            bw_raw: v(n),
+            bw_corrected: v(n),
             dstar_mode: v(n),
             dstar_slow_start: v(n),
             dstar_bdp: v(n),
@@ -660,7 +693,16 @@ impl Columns {
         self.min_win.push(e.min_win);
         self.max_win.push(e.max_win);
         self.last_cwnd.push(e.last_cwnd);
-        self.theta.push(event::theta(e.theta_fp));
+        self.theta.push(event::theta(e.theta));
+        self.alpha.push(event::gain(e.alpha));
+        self.on_us.push(e.on_us);
+        self.off_us.push(e.off_us);
+        self.theta_on_us.push(e.theta_on_us);
+        self.theta_off_us.push(e.theta_off_us);
+        self.bbr_pacing_gain.push(event::gain(e.bbr_pacing_gain));
+        self.stall_us.push(e.stall_us);
+        self.bw_raw.push(event::bits_per_s(e.bw_raw));
+        self.bw_corrected.push(event::bits_per_s(e.bw_corrected));
         self.dstar_mode.push(kinds.dstar_mode.code(e.dstar_mode));
         self.dstar_slow_start.push(e.dstar_slow_start != 0);
         self.dstar_bdp.push(e.dstar_bdp);
@@ -757,6 +799,20 @@ impl Columns {
             valid!(UInt32Chunked, "max_win", self.max_win, modest),
             valid!(UInt32Chunked, "last_cwnd", self.last_cwnd, modest),
             valid!(Float64Chunked, "theta", self.theta, theta),
+            valid!(Float64Chunked, "alpha", self.alpha, theta),
+            valid!(UInt32Chunked, "on_us", self.on_us, theta),
+            valid!(UInt32Chunked, "off_us", self.off_us, theta),
+            valid!(UInt32Chunked, "theta_on_us", self.theta_on_us, theta),
+            valid!(UInt32Chunked, "theta_off_us", self.theta_off_us, theta),
+            valid!(
+                Float64Chunked,
+                "bbr_pacing_gain",
+                self.bbr_pacing_gain,
+                theta
+            ),
+            valid!(UInt32Chunked, "stall_us", self.stall_us, theta),
+            valid!(UInt64Chunked, "bw_raw_bps", self.bw_raw, theta),
+            valid!(UInt64Chunked, "bw_corrected_bps", self.bw_corrected, theta),
             kinds
                 .dstar_mode
                 .column_of(chunk!(UInt8Chunked, "dstar_mode", self.dstar_mode, dstar)),
@@ -823,10 +879,11 @@ impl CsvSink {
         }
         let bbr = event::has_bbr_state(e.algo);
         let modest = event::has_modest_state(e.algo);
+        let pt = event::has_theta(e.algo);
         let ds = event::has_dstar_state(e.algo);
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             e.ts_ns,
             e.flow_id,
             event::addr_string(e.family, e.saddr),
@@ -857,7 +914,16 @@ impl CsvSink {
             opt(modest, e.min_win),
             opt(modest, e.max_win),
             opt(modest, e.last_cwnd),
-            opt(event::has_theta(e.algo), event::theta(e.theta_fp)),
+            opt(pt, event::theta(e.theta)),
+            opt(pt, event::gain(e.alpha)),
+            opt(pt, e.on_us),
+            opt(pt, e.off_us),
+            opt(pt, e.theta_on_us),
+            opt(pt, e.theta_off_us),
+            opt(pt, event::gain(e.bbr_pacing_gain)),
+            opt(pt, e.stall_us),
+            opt(pt, event::bits_per_s(e.bw_raw)),
+            opt(pt, event::bits_per_s(e.bw_corrected)),
             opt(ds, event::dstar_mode_name(e.dstar_mode)),
             opt(ds, e.dstar_slow_start != 0),
             opt(ds, e.dstar_bdp),
@@ -1134,9 +1200,16 @@ pub(crate) mod tests {
                 }
             }
             if event::has_theta(a) {
-                assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta_fp)));
+                assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta)));
+                assert_eq!(col("on_us"), AnyValue::UInt32(want.on_us));
+                assert_eq!(
+                    col("bw_corrected_bps"),
+                    AnyValue::UInt64(want.bw_corrected * 8)
+                );
             } else {
-                assert_eq!(col("theta"), AnyValue::Null, "theta on a row of algo {a}");
+                for c in ["theta", "alpha", "on_us", "stall_us", "bw_raw_bps"] {
+                    assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
+                }
             }
             if event::has_dstar_state(a) {
                 assert_eq!(
@@ -1247,10 +1320,11 @@ pub(crate) mod tests {
             if event::has_theta(a) {
                 assert_eq!(
                     row[col("theta")].parse::<f64>().unwrap(),
-                    event::theta(want.theta_fp)
+                    event::theta(want.theta)
                 );
             } else {
                 assert_eq!(row[col("theta")], "", "theta on algo {a}");
+                assert_eq!(row[col("off_us")], "", "off_us on algo {a}");
             }
             if event::has_dstar_state(a) {
                 assert_eq!(

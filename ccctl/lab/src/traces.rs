@@ -141,7 +141,10 @@ fn col_f64(df: &DataFrame, name: &str) -> PolarsResult<Vec<f64>> {
         .collect())
 }
 
-/// cwnd, pacing rate and BBR mode over time, per flow of the run.
+/// cwnd, pacing rate and estimated bandwidth, BBR mode, and (patched BBR)
+/// Θ in force against the sender gate's Θ, over time, per flow of the run:
+/// under a Heavy gate bpf_bbr's pacing rate decays (Theorem 4, Fig. 5) where
+/// patched_bbr's recovers.
 pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
     let Some(path) = &rec.trace else {
         return Ok(());
@@ -151,6 +154,11 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
     let sport = col_f64(&df, "sport")?;
     let cwnd = col_f64(&df, "cwnd")?;
     let pacing = col_f64(&df, "pacing_rate_bps")?;
+    let btl_bw = col_f64(&df, "btl_bw_bps")?;
+    // Traces written before patched BBR have no Θ column.
+    let theta = col_f64(&df, "theta").ok();
+    let algo_col = df.column("algo")?.cast(&DataType::String)?;
+    let algos = algo_col.str()?;
     let mode_col = df.column("bbr_mode")?.cast(&DataType::String)?;
     let modes = mode_col.str()?;
     let mode_num = |m: Option<&str>| match m {
@@ -160,12 +168,18 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
         Some("probe_rtt") => 3.0,
         _ => f64::NAN,
     };
-    // Lab flows by their data connection's local port.
-    let mut by_port: BTreeMap<u64, String> = BTreeMap::new();
+    // Lab flows by their data connection's local port, with the gate's Θ.
+    let mut by_port: BTreeMap<u64, (String, Option<f64>)> = BTreeMap::new();
     for (i, f) in rec.flows.iter().enumerate() {
         if let Some(p) = f.result.local_port {
             if matches!(algorithms::resolve(&f.plan.cc), Source::Ours(_)) {
-                by_port.insert(p as u64, format!("{} #{i}", f.plan.cc));
+                by_port.insert(
+                    p as u64,
+                    (
+                        format!("{} #{i}", f.plan.cc),
+                        f.plan.schedule.map(|s| s.theta()),
+                    ),
+                );
             }
         }
     }
@@ -178,15 +192,19 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
             series: Vec::new(),
         },
         Panel {
-            y_label: "pacing rate (Mbit/s)".into(),
+            y_label: "pacing rate, btl_bw (Mbit/s)".into(),
             series: Vec::new(),
         },
         Panel {
             y_label: "mode (0 startup, 2 probe_bw)".into(),
             series: Vec::new(),
         },
+        Panel {
+            y_label: "Θ: patched_bbr's, the gate's".into(),
+            series: Vec::new(),
+        },
     ];
-    for (port, label) in &by_port {
+    for (port, (label, gate_theta)) in &by_port {
         let rows: Vec<usize> = (0..df.height())
             .filter(|&i| sport[i] == *port as f64)
             .step_by(step)
@@ -197,9 +215,26 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
             points: rows.iter().map(|&i| (t(i), cwnd[i])).collect(),
         });
         panels[1].series.push(Series {
-            label: label.clone(),
+            label: format!("{label} pacing"),
             points: rows.iter().map(|&i| (t(i), pacing[i] / 1e6)).collect(),
         });
+        panels[1].series.push(Series {
+            label: format!("{label} btl_bw"),
+            points: rows.iter().map(|&i| (t(i), btl_bw[i] / 1e6)).collect(),
+        });
+        let patched = rows.iter().any(|&i| algos.get(i) == Some("patched_bbr"));
+        if let (Some(theta), true) = (&theta, patched) {
+            panels[3].series.push(Series {
+                label: format!("{label} Θ"),
+                points: rows.iter().map(|&i| (t(i), theta[i])).collect(),
+            });
+        }
+        if let (Some(g), Some(&first), Some(&last)) = (gate_theta, rows.first(), rows.last()) {
+            panels[3].series.push(Series {
+                label: format!("{label} gate Θ"),
+                points: vec![(t(first), *g), (t(last), *g)],
+            });
+        }
         panels[2].series.push(Series {
             label: label.clone(),
             points: rows

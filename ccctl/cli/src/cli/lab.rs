@@ -189,11 +189,14 @@ fn check(args: ScenarioArgs) -> Result<()> {
             .iter()
             .map(|f| {
                 format!(
-                    "{} (rtt {}, {}..{})",
+                    "{} (rtt {}, {}..{}{})",
                     f.cc,
                     HumanDuration(f.rtt),
                     HumanDuration(f.start),
-                    HumanDuration(f.start + f.duration)
+                    HumanDuration(f.start + f.duration),
+                    f.schedule
+                        .map(|s| format!(", sender {s}, Θ {:.3}", s.theta()))
+                        .unwrap_or_default()
                 )
             })
             .collect();

@@ -189,10 +189,10 @@ pub fn has_dstar_state(algo: u8) -> bool {
     algo as u32 == abi::CCCTL_ALGO_DSTAR
 }
 
-/// Patched BBR's theta (x 65536) as a number.
+/// Patched BBR's Θ (x `CCCTL_THETA_UNIT`) as a number.
 #[inline]
-pub fn theta(fp: i64) -> f64 {
-    fp as f64 / 65536.0
+pub fn theta(fp: u32) -> f64 {
+    fp as f64 / abi::CCCTL_THETA_UNIT as f64
 }
 
 /// Bytes/s as bit/s; `u64::MAX` (saturated) for "unlimited" (`~0UL` pacing).
@@ -236,7 +236,12 @@ mod tests {
             min_win: 80,
             max_win: 160,
             last_cwnd: 119,
-            theta_fp: -98_304,
+            theta: 512,
+            alpha: 256,
+            on_us: 9_000,
+            off_us: 71_000,
+            bw_raw: 250_000,
+            bw_corrected: 2_000_000,
             dstar_mode: 1,
             dstar_bdp: 2,
             dstar_gain_cwnd: 3,
@@ -250,18 +255,23 @@ mod tests {
     fn decodes_a_hand_built_event() {
         let ev = sample_event();
         let bytes = to_bytes(&ev);
-        assert_eq!(bytes.len(), 184);
+        assert_eq!(bytes.len(), 224);
         // Offsets from the header, checked independently of bindgen.
         assert_eq!(&bytes[0..8], &123_456_789_000u64.to_ne_bytes());
         assert_eq!(&bytes[16..20], &[10, 0, 0, 1]);
         assert_eq!(bytes[30], abi::CCCTL_ALGO_BBR as u8);
         assert_eq!(&bytes[104..112], &1_200_000u64.to_ne_bytes());
-        assert_eq!(&bytes[128..136], &(-98_304i64).to_ne_bytes());
-        assert_eq!(bytes[136], 1);
-        assert_eq!(&bytes[140..144], &2u32.to_ne_bytes());
-        assert_eq!(&bytes[148..152], &3u32.to_ne_bytes());
-        assert_eq!(&bytes[156..160], &4u32.to_ne_bytes());
-        assert_eq!(&bytes[176..184], &5u64.to_ne_bytes());
+        assert_eq!(&bytes[128..132], &512u32.to_ne_bytes());
+        assert_eq!(&bytes[132..136], &256u32.to_ne_bytes());
+        assert_eq!(&bytes[136..140], &9_000u32.to_ne_bytes());
+        assert_eq!(&bytes[140..144], &71_000u32.to_ne_bytes());
+        assert_eq!(&bytes[160..168], &250_000u64.to_ne_bytes());
+        assert_eq!(&bytes[168..176], &2_000_000u64.to_ne_bytes());
+        assert_eq!(bytes[176], 1);
+        assert_eq!(&bytes[180..184], &2u32.to_ne_bytes());
+        assert_eq!(&bytes[188..192], &3u32.to_ne_bytes());
+        assert_eq!(&bytes[196..200], &4u32.to_ne_bytes());
+        assert_eq!(&bytes[216..224], &5u64.to_ne_bytes());
         // Unaligned, and with a longer sample (appended fields are ignored).
         let mut buf = vec![0u8; 1];
         buf.extend_from_slice(&bytes);
@@ -278,7 +288,7 @@ mod tests {
         assert_eq!(modest_phase_name(d.modest_phase), "binary");
         assert_eq!(gain(d.pacing_gain), 1.25);
         assert_eq!(gain(d.cwnd_gain), 2.0);
-        assert_eq!(theta(d.theta_fp), -1.5);
+        assert_eq!(theta(d.theta), 0.5);
         assert_eq!(bits_per_s(d.pacing_rate), 10_000_000);
         assert_eq!(bits_per_s(u64::MAX), u64::MAX);
         assert_eq!(dstar_mode_name(d.dstar_mode), "gain1");
@@ -303,10 +313,10 @@ mod tests {
     #[test]
     fn rejects_short_samples() {
         let bytes = to_bytes(&sample_event());
-        assert_eq!(decode(&bytes[..183]).err(), Some(ShortSample { len: 183 }));
+        assert_eq!(decode(&bytes[..223]).err(), Some(ShortSample { len: 223 }));
         assert_eq!(decode(&[]).err(), Some(ShortSample { len: 0 }));
         let msg = decode(&bytes[..8]).unwrap_err().to_string();
-        assert!(msg.contains("8 bytes") && msg.contains("184"), "{msg}");
+        assert!(msg.contains("8 bytes") && msg.contains("224"), "{msg}");
     }
 
     #[test]
@@ -315,11 +325,14 @@ mod tests {
         assert_eq!(algo_id("bpf_bbr"), Some(abi::CCCTL_ALGO_BBR));
         assert_eq!(algo_id("modest_bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
         assert_eq!(algo_id("modest-bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
+        assert_eq!(algo_id("patched-bbr"), Some(abi::CCCTL_ALGO_PATCHED_BBR));
+        assert_eq!(algo_id("patched_bbr"), Some(abi::CCCTL_ALGO_PATCHED_BBR));
         assert_eq!(algo_id("dstar"), Some(abi::CCCTL_ALGO_DSTAR));
         assert_eq!(algo_id("cubic"), None);
         assert_eq!(algo_name(0), "unknown");
         assert!(
-            algo_choices().starts_with("bbr (bpf_bbr), modest-bbr (modest_bbr), patched_bbr"),
+            algo_choices()
+                .starts_with("bbr (bpf_bbr), modest-bbr (modest_bbr), patched-bbr (patched_bbr)"),
             "{}",
             algo_choices()
         );

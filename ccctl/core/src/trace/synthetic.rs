@@ -54,8 +54,8 @@ pub fn synthetic_event(i: u64) -> abi::ccctl_event {
             0
         },
         last_cwnd: 9 + wave as u32,
-        theta_fp: if algo as u32 == abi::CCCTL_ALGO_PATCHED_BBR {
-            (wave as i64 - 500) * 655
+        theta: if algo as u32 == abi::CCCTL_ALGO_PATCHED_BBR {
+            (wave as u32 % 1024) + 1
         } else {
             0
         },

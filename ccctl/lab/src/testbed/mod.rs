@@ -27,6 +27,18 @@
 //!   only when `RTT_N > 0`. The whole base RTT sits on the ACK path so that the
 //!   data path to the bottleneck has no extra queue and each sender keeps its
 //!   own RTT (RTT unfairness) while sharing one bottleneck.
+//! * A gated sender N ([`SenderConfig::gate`], a descheduled VM,
+//!   patched-bbr-cloud.txt Sec. III-C): `taprio` roots on the sender's own
+//!   `eth0` and on the router's `to_sN`, one traffic class, gate open On /
+//!   closed Off, CLOCK_TAI, base-time 0, so both gates open and close
+//!   together: Off, the sender transmits nothing (TCP Small Queues holds the
+//!   socket once its few packets wait at the closed gate) and receives
+//!   nothing (its ACKs wait at the router). Such a sender's base RTT moves
+//!   to its data path, before the bottleneck: `to_sN` ingress is
+//!   redirected (u32 match-all + mirred) to `ifbgN`, whose root is the
+//!   netem delay. The gates are installed last, once both ends of the link
+//!   are running (see `qdisc::gate_qdiscs` for why), and both ends get
+//!   permanent neighbour entries (ARP would wait at the gates).
 //! * Random loss (optional) is applied to the data path *after* the
 //!   bottleneck: in the receiver namespace, `eth0` ingress is redirected
 //!   (u32 match-all + mirred) to an `ifb0` device whose root is
@@ -70,7 +82,7 @@ pub use link::{router_sender_dev, RECEIVER_DEV, ROUTER_RX_DEV, SENDER_DEV};
 pub use netns::{cleanup_all, sweep_stale, NS_PREFIX};
 pub use qdisc::{
     bdp_bytes, buffer_bdp, buffer_packets, fq_codel_available, netem_available, parse_qdisc_stats,
-    qdisc_available, tbf_burst, Aqm, QdiscStats, ETH_HLEN, TBF_BURST_MS,
+    qdisc_available, taprio_available, tbf_burst, Aqm, Gate, QdiscStats, ETH_HLEN, TBF_BURST_MS,
 };
 
 use std::fmt;
@@ -83,7 +95,7 @@ use std::time::Duration;
 use exec::{run_batch, spawn_tc_batch};
 use link::{veth_line, NsSetup, IFB_DEV};
 use netns::next_prefix;
-use qdisc::{loss_qdiscs, modprobe_all, router_qdiscs};
+use qdisc::{gate_ifb_dev, gate_qdiscs, loss_qdiscs, modprobe_all, router_qdiscs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -126,6 +138,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct SenderConfig {
     /// Base round-trip time of this sender's path (zero: no netem at all).
     pub rtt: Duration,
+    /// On/Off gate of this sender host (None: always On).
+    pub gate: Option<Gate>,
+}
+
+/// MAC addresses of gated sender `i`'s link: (sender end, router end), for
+/// the permanent neighbour entries.
+fn gate_macs(i: usize) -> (String, String) {
+    (
+        format!("02:cc:00:00:{:02x}:01", i as u8),
+        format!("02:cc:00:00:{:02x}:02", i as u8),
+    )
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -160,7 +183,10 @@ impl TestbedConfig {
 
     /// Replaces the senders by one per RTT given.
     pub fn with_rtts(mut self, rtts: &[Duration]) -> Self {
-        self.senders = rtts.iter().map(|&rtt| SenderConfig { rtt }).collect();
+        self.senders = rtts
+            .iter()
+            .map(|&rtt| SenderConfig { rtt, gate: None })
+            .collect();
         self
     }
 
@@ -203,12 +229,26 @@ impl TestbedConfig {
                 return Err(Error::Config(format!("loss probability {p} not in [0, 1)")));
             }
         }
+        for (i, s) in self.senders.iter().enumerate() {
+            if let Some(g) = s.gate {
+                if g.on.is_zero() || g.off.is_zero() {
+                    return Err(Error::Config(format!(
+                        "sender {i}: gate on {:?} / off {:?}: both must be above 0",
+                        g.on, g.off
+                    )));
+                }
+            }
+        }
         if !(576..=9000).contains(&self.mtu) {
             return Err(Error::Config(format!("mtu {} not in 576..=9000", self.mtu)));
         }
         Ok(())
     }
 }
+
+/// How long a gated link may take to be running on both ends before the
+/// testbed gives up (linkwatch delays non-urgent carrier events by up to 1 s).
+const GATE_LINK_TIMEOUT: Duration = Duration::from_secs(5);
 
 // ---------------------------------------------------------------------------
 // Testbed
@@ -253,6 +293,12 @@ impl Testbed {
         if cfg.needs_netem() && !netem_available()? {
             return Err(Error::NetemMissing {
                 what: "a non-zero base RTT or random loss".into(),
+            });
+        }
+        if cfg.senders.iter().any(|s| s.gate.is_some()) && !taprio_available()? {
+            return Err(Error::QdiscMissing {
+                what: "a sender On/Off gate".into(),
+                qdisc: "taprio".into(),
             });
         }
         if cfg.aqm == Aqm::FqCodel && !fq_codel_available()? {
@@ -369,11 +415,34 @@ impl Testbed {
             lines.push(format!("link add {IFB_DEV} netns {rx} type ifb"));
         }
         for (i, s) in senders.iter().enumerate() {
-            lines.push(veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu));
+            let mut line = veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu);
+            if c.senders[i].gate.is_some() {
+                // Known addresses, for the permanent neighbours set below.
+                let (a, b) = gate_macs(i);
+                line = line
+                    .replacen(" mtu ", &format!(" address {a} mtu "), 1)
+                    .replacen(
+                        &format!(" peer name {} mtu ", router_sender_dev(i)),
+                        &format!(" peer name {} address {b} mtu ", router_sender_dev(i)),
+                        1,
+                    );
+            }
+            lines.push(line);
+        }
+        for (i, s) in c.senders.iter().enumerate() {
+            if s.gate.is_some() && !s.rtt.is_zero() {
+                lines.push(format!("link add {} netns {rt} type ifb", gate_ifb_dev(i)));
+            }
         }
         let rt_tc = router_qdiscs(&self.cfg);
         let rx_tc = loss.map(loss_qdiscs);
         let setups = self.ns_setups();
+        let gates: Vec<(usize, Gate)> = c
+            .senders
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.gate.map(|g| (i, g)))
+            .collect();
 
         self.created = all.clone();
         netns::create_netns(&all, || run_batch("ip", &[], &lines))?;
@@ -398,6 +467,58 @@ impl Testbed {
             rt_res?;
             rx_res?;
             configured
+        })?;
+        if !gates.is_empty() {
+            self.install_gates(&gates)?;
+        }
+        Ok(())
+    }
+
+    /// The sender gates, last: permanent neighbours on both ends of each
+    /// gated link, then, once both ends are running (carrier on and seen by
+    /// linkwatch, so no later `dev_deactivate` resets taprio and freezes its
+    /// schedule), the taprio roots: one `tc -batch` per gated sender and one
+    /// for the router.
+    fn install_gates(&self, gates: &[(usize, Gate)]) -> Result<()> {
+        let rt = self.ns(Role::Router);
+        let mut rt_lines = Vec::new();
+        let mut jobs = Vec::new();
+        for &(i, g) in gates {
+            let (sender_mac, router_mac) = gate_macs(i);
+            let router_ip = Ipv4Addr::new(198, 18, i as u8 + 1, 2);
+            let sender = self.ns(Role::Sender(i));
+            link::neigh_permanent(&sender, SENDER_DEV, router_ip, &router_mac)?;
+            link::neigh_permanent(
+                &rt,
+                &router_sender_dev(i),
+                self.addr(Role::Sender(i)),
+                &sender_mac,
+            )?;
+            link::wait_running(&sender, SENDER_DEV, GATE_LINK_TIMEOUT)?;
+            link::wait_running(&rt, &router_sender_dev(i), GATE_LINK_TIMEOUT)?;
+            let (s_lines, r_lines) = gate_qdiscs(&g, i);
+            jobs.push((sender, s_lines));
+            rt_lines.extend(r_lines);
+        }
+        jobs.push((rt, rt_lines));
+        thread::scope(|scope| {
+            let handles = jobs
+                .iter()
+                .map(|(ns, lines)| spawn_tc_batch(scope, ns, lines))
+                .collect::<Result<Vec<_>>>()?;
+            let mut first = Ok(());
+            for h in handles {
+                let r = h.join().unwrap_or_else(|_| {
+                    Err(Error::Io {
+                        what: "running `tc -batch -`".into(),
+                        source: std::io::Error::other("thread panicked"),
+                    })
+                });
+                if let (Ok(()), Err(e)) = (&first, r) {
+                    first = Err(e);
+                }
+            }
+            first
         })
     }
 
@@ -433,6 +554,11 @@ impl Testbed {
                 rt.no_offloads.push(dev.clone());
             }
             rt.addrs.push((dev, addr, 24));
+        }
+        for (i, s) in c.senders.iter().enumerate() {
+            if s.gate.is_some() && !s.rtt.is_zero() {
+                rt.up.push(gate_ifb_dev(i));
+            }
         }
         v.push(rt);
 

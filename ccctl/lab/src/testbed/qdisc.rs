@@ -82,15 +82,110 @@ pub(super) fn router_qdiscs(c: &TestbedConfig) -> Vec<String> {
         }
     }
     for (i, s) in c.senders.iter().enumerate() {
-        if !s.rtt.is_zero() {
-            lines.push(format!(
-                "qdisc add dev {} root handle 1: netem delay {}us limit {NETEM_LIMIT}",
-                router_sender_dev(i),
+        let dev = router_sender_dev(i);
+        match s.gate {
+            // The gate's taprio takes to_sN's root (added last, see
+            // gate_qdiscs), so a gated sender's base RTT moves to its data
+            // path before the bottleneck: to_sN ingress redirected to ifbgN,
+            // whose root is the netem delay.
+            Some(_) if !s.rtt.is_zero() => {
+                let ifb = gate_ifb_dev(i);
+                lines.push(format!(
+                    "qdisc add dev {ifb} root netem delay {}us limit {NETEM_LIMIT}",
+                    s.rtt.as_micros()
+                ));
+                lines.push(format!("qdisc add dev {dev} handle ffff: ingress"));
+                lines.push(format!(
+                    "filter add dev {dev} parent ffff: protocol all u32 match u32 0 0 \
+                     action mirred egress redirect dev {ifb}"
+                ));
+            }
+            None if !s.rtt.is_zero() => lines.push(format!(
+                "qdisc add dev {dev} root handle 1: netem delay {}us limit {NETEM_LIMIT}",
                 s.rtt.as_micros()
-            ));
+            )),
+            _ => {}
         }
     }
     lines
+}
+
+/// The router's ifb device carrying gated sender `i`'s base RTT.
+pub(super) fn gate_ifb_dev(i: usize) -> String {
+    format!("ifbg{i}")
+}
+
+/// A sender host's On/Off schedule (a descheduled VM, patched-bbr-cloud.txt
+/// Sec. III-C): its link carries packets, both ways, only during the first
+/// `on` of every `on + off`, cycles aligned to CLOCK_TAI multiples of
+/// `on + off` (taprio base-time 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gate {
+    pub on: Duration,
+    pub off: Duration,
+}
+
+impl Gate {
+    pub fn cycle(&self) -> Duration {
+        self.on + self.off
+    }
+
+    /// Whether CLOCK_TAI time `tai_ns` falls in an On window.
+    pub fn is_on_at(&self, tai_ns: u64) -> bool {
+        let cycle = self.cycle().as_nanos() as u64;
+        cycle == 0 || ((tai_ns % cycle) as u128) < self.on.as_nanos()
+    }
+
+    /// The `taprio` root of `dev`: one traffic class on queue 0 that every
+    /// priority maps to, gate open for `on`, closed for `off`, TAI clock,
+    /// base-time 0 (so every gate of a testbed opens and closes together).
+    pub(super) fn taprio_line(&self, dev: &str) -> String {
+        format!(
+            "qdisc add dev {dev} root handle {GATE_HANDLE}: {}",
+            self.taprio_args()
+        )
+    }
+
+    fn taprio_args(&self) -> String {
+        format!(
+            "taprio num_tc 1 map 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 queues 1@0 base-time 0 \
+             sched-entry S 01 {} sched-entry S 00 {} clockid CLOCK_TAI",
+            self.on.as_nanos(),
+            self.off.as_nanos()
+        )
+    }
+}
+
+/// Handle of a gate's taprio root.
+const GATE_HANDLE: u32 = 100;
+
+/// The gate of sender `i`'s link, both directions, as `(namespace role,
+/// tc lines)` run last in [`Testbed::build`](super::Testbed): the sender's
+/// `eth0` root (its transmissions) and the router's `to_sN` root (what the
+/// router sends it). It must be installed on links that are up with their
+/// carrier settled and after any other qdisc of the same device: in 6.1 a
+/// reset of taprio (`dev_deactivate`, which a carrier-off and the grafting
+/// of an ingress qdisc on the device both run) cancels its schedule timer
+/// and nothing restarts it, so the gate then stays frozen in whatever state
+/// it was (measured in the VM: an ingress qdisc added after the router's
+/// taprio let every packet through in one run and held every packet for
+/// good in three others).
+pub(super) fn gate_qdiscs(g: &Gate, i: usize) -> (Vec<String>, Vec<String>) {
+    (
+        vec![g.taprio_line(super::SENDER_DEV)],
+        vec![g.taprio_line(&router_sender_dev(i))],
+    )
+}
+
+/// Whether taprio (the sender On/Off gate) works here.
+pub fn taprio_available() -> Result<bool> {
+    let g = Gate {
+        on: Duration::from_millis(1),
+        off: Duration::from_millis(1),
+    };
+    let args = g.taprio_args();
+    let args: Vec<&str> = args.split_whitespace().skip(1).collect();
+    qdisc_available("taprio", &args)
 }
 
 /// The receiver's `tc` script for random loss `p`: `eth0` ingress redirected
@@ -123,6 +218,7 @@ pub(super) fn modprobe_all() {
             .args([
                 "sch_netem",
                 "sch_tbf",
+                "sch_taprio",
                 "sch_htb",
                 "sch_fq",
                 "sch_fq_codel",

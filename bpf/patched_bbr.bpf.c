@@ -1,0 +1,503 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * patched_bbr: patchedBBR (patched-bbr-cloud.txt, Sec. V, Pseudocode 2),
+ * BBR v1 from the shared core plus a correction for a sender that is
+ * descheduled, as a virtual machine on a busy host is.
+ *
+ * The model
+ * ---------
+ * A descheduled sender lives in On and Off periods: during On it runs,
+ * sends at its pacing rate and processes ACKs; during Off it does neither
+ * (the ACKs wait in the host's buffers).  Its on-percentage is
+ *
+ *   Θ = On / (On + Off)                                          (eq. 11)
+ *
+ * BBR reads the resulting delivery-rate samples as the path's:  a round
+ * carries only what was sent during On, and its interval is stretched by
+ * the Off periods, so each sample is about Θ x the previous pacing rate
+ * (Theorem 2).  btl_bw follows the samples down, the pacing rate follows
+ * btl_bw, and round after round the pacing rate decays as Θ^n towards zero
+ * (Theorem 4, Fig. 5), while a loss-based TCP only slows down.
+ *
+ * patchedBBR measures Θ from the sender's own timing and puts it back into
+ * the model, in PROBE_BW only (STARTUP, DRAIN and PROBE_RTT are BBR's):
+ *
+ *   Θ          per round trip (eq. 11): a transmission that leaves more than
+ *              off_thresh (1 ms) after the pacing schedule wanted it ends an
+ *              Off period of that lateness; all other sending time is On
+ *              (Sec. V-C-2);
+ *   B*         the btl_bw max filter runs over D / Θ instead of the samples
+ *              D (eq. 36): the rate the path delivered while we were On;
+ *   P*         pacing rate B* x p / Θ when BBR probes up (p > 1) and the
+ *              sender is at least moderately descheduled (Θ <= 2/3), to put
+ *              a round's worth of probing into the On time; else B* x p
+ *              (eq. 37);
+ *   W*         cwnd B* x min_rtt x (w + alpha), alpha = 0 for little
+ *              (Θ > 2/3), 1 for medium, 2 for heavy (Θ <= 1/3) descheduling
+ *              (eqs. 38, 39), room for the data that waits out an Off.
+ *
+ * Which send events a congestion control can see
+ * ----------------------------------------------
+ * A struct_ops congestion control runs on ACKs and a few events; it is not
+ * called per transmission.  The rate sample's send interval
+ * (rs->snd_interval_us) spans a whole window of packets and cannot tell a
+ * long gap from a slow rate.  So this object carries one tracing program
+ * that sees every packet the stack hands to a device: tp_btf on the
+ * net_dev_queue tracepoint (dev_queue_xmit, in both 6.1 and 6.18).  For a
+ * TCP packet it runs inside __tcp_transmit_skb, after the packet got its
+ * departure stamp (tp->tcp_wstamp_ns = the later of its pacing slot and
+ * the clock) and after tp->data_segs_out counted it, which tells data from
+ * pure ACKs.  The program finds our sockets by their socket storage (only
+ * patched_bbr sockets have one); the loader attaches it and pins its link
+ * beside the registration.  It runs under the socket's lock, as the ACK
+ * path does, so the two never race on the storage.
+ *
+ * Why not fentry on tcp_rate_skb_sent, which the stack calls once per
+ * transmitted data skb?  It is traceable on both kernels, but the 6.18
+ * development host refuses every fentry/fexit program (EPERM at load,
+ * also for an empty one), while tp_btf programs load there; a tracepoint
+ * is also a stable interface where a function is not.
+ *
+ * Off is time in which the sender neither sends nor processes an ACK
+ * (Sec. III-C: during Off SND can do neither).  So the lateness of a send
+ * is measured up to the first ACK processed after the previous send, if
+ * one came earlier: a flow that waits for ACKs with cwnd full, while ACKs
+ * keep arriving, is On; a flow whose ACKs stop, because it is descheduled
+ * (or gated), is Off until the first ACK or send after the pause.  A gap
+ * after a transmission that left the flow application-limited waits for
+ * data, not for a CPU, and counts neither as On nor as Off.
+ *
+ * An emulated testbed stalls as a whole
+ * --------------------------------------
+ * In the TCG VM of our lab the guest's CPU itself is descheduled by the
+ * busy host: every timer of the guest fires late, the pacing timer as much
+ * as the bottleneck's and the gate's.  Those are not the sender's Off
+ * periods (the bottleneck stopped too), yet they look like them: on an
+ * ungated flow with the host loaded by compiles, Θ read 0.63 with the 1 ms
+ * threshold, 0.65 at 5 ms, 0.96 only at 10 ms.  With stall_filter on, a
+ * heartbeat (a BPF timer due every 1 ms) measures the machine's own
+ * stalls: its lateness beyond off_thresh is summed, and a send gap's
+ * lateness counts as Off only beyond the stall time summed during that
+ * gap.  A real descheduled VM stalls as a whole too, so there the filter
+ * would hide exactly what Θ is for: it is off by default, for emulated
+ * testbeds only.
+ *
+ * Parameters come from the params map (ccctl tune patched-bbr): the two Θ
+ * thresholds, the Off threshold and the three alpha values, beside the BBR
+ * gains every BBR-based algorithm has; all clamped on read.
+ *
+ * Departures and readings
+ * -----------------------
+ *  1. "At each RTT_n" (Pseudocode 2) is BBR's packet-timed round: Θ is
+ *     computed when a round ends from the On and Off time accumulated
+ *     over that round and the one before it (9), and is the Θ in force
+ *     for the whole next round (bandwidth samples, pacing, cwnd).  A round without any
+ *     usable gap keeps the previous Θ.
+ *  2. "1 ms longer than the pre-defined gap": the pre-defined gap is the
+ *     previous packet's bytes at the pacing rate then in force (what the
+ *     kernel adds to its pacing schedule, less the jitter credit it gives
+ *     back), and the Off time is the lateness beyond it, not the whole gap
+ *     (the pacing gap itself was spent On).
+ *  3. A send gap is Off only up to the first ACK processed in it (see
+ *     above), and gaps after an application-limited transmission are left
+ *     out.  A first version left out every gap after a transmission that
+ *     filled cwnd: under a Heavy gate (On 10 / Off 70 ms, Θ = 0.125) it read
+ *     Θ 0.34 in the VM (with ACKs held during Off the sender runs into cwnd
+ *     before the gate closes).  A second counted such gaps whole: ungated
+ *     beside bpf_bbr on the host (0 ms, 50 Mbit/s) it read Θ 0.4-0.5, waits
+ *     for ACKs that were arriving, and took 64-77 % of the link.
+ *  4. Θ is floored at 1/32 before anything divides by it, so one bad round
+ *     can at most multiply a bandwidth sample or the probe's pacing rate by
+ *     32 (the paper's heaviest case, about 1 % On, is then under-corrected).
+ *  5. Eq. 39 "(w + alpha)": w is BBR's PROBE_BW cwnd gain (2 by default,
+ *     ccctl tune --cwnd-gain) and alpha is added to it, in BDPs; the core
+ *     then adds its ACK-aggregation and quantization allowances as for BBR.
+ *  6. Eq. 37 multiplies BBR's pacing gain p by 1/Θ; the core's 1 % pacing
+ *     margin and the cap at sk_max_pacing_rate still apply.
+ *  7. The corrections apply in PROBE_BW only; Θ is measured in every mode.
+ *  8. stall_filter (off by default) is ours, for the emulated lab only (see
+ *     above); the paper's testbed stalled only the sender.  It cannot tell
+ *     an emulator stall from a real Off that overlaps it: under a Heavy
+ *     gate in the VM it read Θ 0.42 for 0.125 (0.23 without it).
+ *  9. Θ is computed over the last two packet-timed rounds, not one.  An
+ *     Off period is booked at the first send after it, and that send and
+ *     the ACK that ends a round both come when the sender wakes up, in
+ *     either order: one round then holds two Off periods and the next
+ *     none (Θ = 1 for a round of a sender On 10 ms in 80); under the
+ *     Heavy gate in the VM the trace shows about two rounds per 80 ms
+ *     cycle, so one round alone often holds no Off.  Measured, the change
+ *     did not show above the run-to-run spread (Heavy Θ 0.23/0.32 with
+ *     one round, 0.29/0.35 with two; README).
+ */
+#define CCCTL_ALGO_ID CCCTL_ALGO_PATCHED_BBR
+#include "bbr_core.h"
+
+/* Θ in fixed point: 1.0 = 1024 (CCCTL_THETA_UNIT). */
+#define THETA_SCALE 10
+#define THETA_UNIT (1U << THETA_SCALE)
+_Static_assert(THETA_UNIT == CCCTL_THETA_UNIT, "Θ scale must match the ABI");
+
+/* Defaults and bounds of the parameters (Sec. V-C: "little" above 2/3,
+ * "heavy" at or below 1/3, Off 1 ms past the pacing schedule, alpha 0 / 1 /
+ * 2 BDP, eq. 38) are their CCCTL_PARAMS rows in ccctl_abi.h. */
+
+/* Smallest Θ anything is divided by: bounds the corrections at 32x. */
+#define PATCHED_THETA_MIN (THETA_UNIT / 32)
+/* Heartbeat period, ns: the finest Off threshold, so a stall that long is seen. */
+#define PATCHED_HEARTBEAT_NS (1000 * 1000ULL)
+
+/* The parameters in force, clamped so that 0 < theta_heavy < theta_little <= 1. */
+struct patched_params {
+	u32 theta_little;
+	u32 theta_heavy;
+	u32 off_thresh_us;
+	u32 alpha_little;
+	u32 alpha_medium;
+	u32 alpha_heavy;
+	bool stall_filter;
+};
+
+/* Per-socket state (bpf_sk_storage "patched_sk"): written by the transmit
+ * tracer (send timing) and by the ACK path (Θ, trace figures). */
+struct patched {
+	u64 last_depart_ns; /* departure stamp of the previous transmission; 0 = none */
+	u64 pacing_gap_ns;  /* its length at the pacing rate: the pre-defined gap */
+	u64 on_ns;          /* On time in the current round */
+	u64 off_ns;         /* Off time in the current round */
+	u64 prev_on_ns;     /* On time of the round before (departure 9) */
+	u64 prev_off_ns;    /* Off time of the round before */
+	u32 theta;          /* Θ in force, x THETA_UNIT */
+	u32 theta_on_us;    /* On time of the two rounds Θ was estimated over */
+	u32 theta_off_us;   /* Off time of those rounds */
+	u32 bw_raw;         /* this ACK's delivery-rate sample D, BW_UNIT pkts/us */
+	u32 bw_corrected;   /* the sample the max filter saw (D / Θ in PROBE_BW) */
+	u32 data_segs_out;  /* tp->data_segs_out at the previous transmission */
+	u64 stall_seen_ns;  /* machine stall total at the previous transmission */
+	u64 first_ack_ns;   /* first ACK processed since the previous transmission */
+	u64 stall_ns;       /* stall time left out of Off in the current round */
+	u8 waiting;         /* the previous transmission left the flow application-limited */
+	u8 acked;           /* an ACK was processed since the previous transmission */
+	u8 pad[2];
+	/* The parameters of the latest ACK's set (copied once per ACK by the
+	 * ACK path), for the hooks and for the transmit tracer, which must not
+	 * take the params map's spin lock itself. */
+	struct patched_params m;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct patched);
+} patched_sk SEC(".maps");
+
+/* The machine's own stalls: a timer due every PATCHED_HEARTBEAT_NS; its
+ * lateness beyond off_thresh is summed in "stall".  The timer lives in a map
+ * of its own (pinned by the loader, so it outlives ccctl), the total in
+ * another one the transmit tracer reads. */
+struct heartbeat {
+	struct bpf_timer timer;
+	u64 due_ns;  /* when it should fire next */
+	u64 off_thresh_ns; /* lateness beyond this is a stall (off_thresh when started) */
+	u32 started;
+	u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct heartbeat);
+} heartbeat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} stall SEC(".maps");
+
+
+static __always_inline struct patched_params patched_params(const struct ccctl_params *p)
+{
+	struct patched_params m = {
+		.theta_little = ccctl_param(p, theta_little),
+		.off_thresh_us = ccctl_param(p, off_thresh_us),
+		.alpha_little = ccctl_param(p, alpha_little),
+		.alpha_medium = ccctl_param(p, alpha_medium),
+		.alpha_heavy = ccctl_param(p, alpha_heavy),
+		.stall_filter = ccctl_param(p, stall_filter) != 0,
+	};
+
+	/* The levels must not overlap whoever wrote the map. */
+	m.theta_little = max(m.theta_little, 2U);
+	m.theta_heavy = clamp_u32(ccctl_param(p, theta_heavy), 1, m.theta_little - 1);
+	return m;
+}
+
+static __always_inline struct patched *patched_of(struct sock *sk)
+{
+	return bpf_sk_storage_get(&patched_sk, sk, NULL, 0);
+}
+
+/* The correction is in force: PROBE_BW (Pseudocode 2 runs there only). */
+static __always_inline bool patched_active(struct sock *sk, const struct patched *p)
+{
+	return p && bbr_of(sk)->mode == BBR_PROBE_BW;
+}
+
+static __always_inline u32 patched_theta(const struct patched *p)
+{
+	return max(p->theta, (u32)PATCHED_THETA_MIN);
+}
+
+/* Eq. 38: alpha for the descheduling level Θ says we are in. */
+static __always_inline u32 patched_alpha(u32 theta, const struct patched_params *m)
+{
+	if (theta <= m->theta_heavy)
+		return m->alpha_heavy;
+	if (theta > m->theta_little)
+		return m->alpha_little;
+	return m->alpha_medium;
+}
+
+/* Eq. 11 over the round that just ended and the one before (departure
+ * 9); it is in force for the next round. */
+static void patched_estimate_theta(struct patched *p)
+{
+	u64 on = p->on_ns + p->prev_on_ns, off = p->off_ns + p->prev_off_ns;
+	u64 total = on + off;
+
+	if (total) {
+		p->theta = (u32)(on * THETA_UNIT / total);
+		p->theta_on_us = (u32)min(on / NSEC_PER_USEC, (u64)~0U);
+		p->theta_off_us = (u32)min(off / NSEC_PER_USEC, (u64)~0U);
+	}
+	p->prev_on_ns = p->on_ns;
+	p->prev_off_ns = p->off_ns;
+	p->on_ns = 0;
+	p->off_ns = 0;
+	p->stall_ns = 0;
+}
+
+/* Heartbeat: how late did it fire?  Late beyond off_thresh is a stall. */
+static int patched_heartbeat(void *map, u32 *key, struct heartbeat *hb)
+{
+	u64 now = bpf_ktime_get_ns();
+	u32 zero = 0;
+	u64 *total;
+
+	if (now > hb->due_ns && now - hb->due_ns > hb->off_thresh_ns) {
+		total = bpf_map_lookup_elem(&stall, &zero);
+		if (total)
+			__sync_fetch_and_add(total, now - hb->due_ns);
+	}
+	hb->due_ns = now + PATCHED_HEARTBEAT_NS;
+	bpf_timer_start(&hb->timer, PATCHED_HEARTBEAT_NS, 0);
+	return 0;
+}
+
+/* Start the heartbeat once, when a socket starts with stall_filter on. */
+static void patched_start_heartbeat(u32 off_thresh_us)
+{
+	u32 zero = 0;
+	struct heartbeat *hb = bpf_map_lookup_elem(&heartbeat, &zero);
+
+	if (!hb || hb->started)
+		return;
+	hb->started = 1;
+	hb->off_thresh_ns = (u64)off_thresh_us * NSEC_PER_USEC;
+	if (bpf_timer_init(&hb->timer, &heartbeat, CLOCK_MONOTONIC))
+		return;
+	bpf_timer_set_callback(&hb->timer, patched_heartbeat);
+	hb->due_ns = bpf_ktime_get_ns() + PATCHED_HEARTBEAT_NS;
+	bpf_timer_start(&hb->timer, PATCHED_HEARTBEAT_NS, 0);
+}
+
+/*
+ * Every data transmission of a patched_bbr socket: the gap since the
+ * previous one, less the pacing gap the previous one's length asked for,
+ * is Off when it exceeds off_thresh; the rest of the gap is On.
+ */
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
+{
+	struct sock *sk = skb->sk;
+	const struct tcp_sock *tp;
+	struct patched_params m;
+	struct patched *p;
+	u64 depart, gap, quiet, late, rate, stalled = 0, *total;
+	u32 segs, data_segs_out, zero = 0;
+
+	if (!sk)
+		return 0;
+	p = bpf_sk_storage_get(&patched_sk, sk, NULL, 0);
+	if (!p)
+		return 0; /* not one of ours */
+	/*
+	 * Only patched_bbr sockets have the storage, so sk is a TCP socket.
+	 * skb->sk is an RCU pointer here, which 6.18's verifier lets neither be
+	 * dereferenced past struct sock nor be passed to bpf_skc_to_tcp_sock:
+	 * the tcp_sock fields are read with CO-RE probe reads instead.
+	 */
+	tp = (const struct tcp_sock *)sk;
+	data_segs_out = BPF_CORE_READ(tp, data_segs_out);
+	segs = data_segs_out - p->data_segs_out;
+	if (!segs)
+		return 0; /* no data: a pure ACK, or this packet seen on a second device */
+	p->data_segs_out = data_segs_out;
+
+	depart = BPF_CORE_READ(tp, tcp_wstamp_ns);
+	m = p->m;
+	total = bpf_map_lookup_elem(&stall, &zero);
+	if (total && m.stall_filter) {
+		stalled = *total - p->stall_seen_ns;
+		p->stall_seen_ns = *total;
+	}
+	if (p->last_depart_ns && !p->waiting && depart > p->last_depart_ns) {
+		gap = depart - p->last_depart_ns;
+		/* Silent until the first ACK processed in the gap, if any. */
+		quiet = p->acked && p->first_ack_ns < depart ?
+			(p->first_ack_ns > p->last_depart_ns ?
+				 p->first_ack_ns - p->last_depart_ns : 0) :
+			gap;
+		late = quiet > p->pacing_gap_ns ? quiet - p->pacing_gap_ns : 0;
+		/* The machine's own stalls during the gap are not the sender's Off. */
+		stalled = min(stalled, late);
+		p->stall_ns += stalled;
+		late -= stalled;
+		if (late > (u64)m.off_thresh_us * NSEC_PER_USEC) {
+			p->off_ns += late;
+			p->on_ns += gap - late;
+		} else {
+			p->on_ns += gap;
+		}
+	}
+	p->last_depart_ns = depart;
+	p->acked = 0;
+	/* The kernel paces each packet's bytes at sk_pacing_rate (~0 = unpaced). */
+	rate = sk->sk_pacing_rate;
+	p->pacing_gap_ns = rate && rate != ~0UL ?
+		(u64)segs * BPF_CORE_READ(tp, mss_cache) * NSEC_PER_SEC / rate : 0;
+	/* Out of data: the next gap waits for the application. */
+	p->waiting = BPF_CORE_READ(tp, app_limited) != 0;
+	return 0;
+}
+
+/* Eq. 36: the max filter sees D / Θ in PROBE_BW.  A new round first turns
+ * the round just ended into the Θ in force. */
+static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64 bw)
+{
+	struct patched *p = patched_of(sk);
+
+	if (!p)
+		return bw;
+	if (bbr_of(sk)->round_start)
+		patched_estimate_theta(p);
+	p->bw_raw = (u32)min(bw, (u64)~0U);
+	if (patched_active(sk, p))
+		bw = bw * THETA_UNIT / patched_theta(p);
+	p->bw_corrected = (u32)min(bw, (u64)~0U);
+	return bw;
+}
+
+/* Every ACK: takes this ACK's parameters into the socket's state (the
+ * hooks below and the transmit tracer use that copy); the first ACK after a
+ * transmission ends that gap's silence.  Returns the state for the hooks. */
+static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
+				  const struct ccctl_params *params)
+{
+	struct patched *p = patched_of(sk);
+
+	if (!p)
+		return NULL;
+	p->m = patched_params(params);
+	if (!p->acked) {
+		p->acked = 1;
+		p->first_ack_ns = bpf_ktime_get_ns();
+	}
+	return p;
+}
+
+/* Eq. 37: B* x p / Θ while probing up (p > 1) with Θ <= theta_little. */
+static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v)
+{
+	struct patched *p = v;
+	u32 theta;
+
+	if (!patched_active(sk, p) || gain <= BBR_UNIT)
+		return gain;
+	theta = patched_theta(p);
+	if (theta > p->m.theta_little)
+		return gain;
+	return (u32)min((u64)gain * THETA_UNIT / theta, (u64)~0U);
+}
+
+/* Eq. 39: cwnd = B* x min_rtt x (w + alpha). */
+static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v)
+{
+	struct patched *p = v;
+
+	if (!patched_active(sk, p))
+		return gain;
+	return gain + patched_alpha(patched_theta(p), &p->m);
+}
+
+static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v)
+{
+	return cwnd;
+}
+
+static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to) {}
+
+/* A socket starting with this algorithm: no send seen yet, Θ = 1. */
+static void bbr_hook_init(struct sock *sk)
+{
+	struct ccctl_params params;
+	struct patched *p;
+
+	p = bpf_sk_storage_get(&patched_sk, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!p)
+		return; /* no memory: plain BBR */
+	__builtin_memset(p, 0, sizeof(*p));
+	p->theta = THETA_UNIT;
+	/* Until the first ACK, the transmit tracer uses the set in force now. */
+	ccctl_params_read(&params);
+	p->m = patched_params(&params);
+	if (p->m.stall_filter)
+		patched_start_heartbeat(p->m.off_thresh_us);
+}
+
+static void bbr_hook_release(struct sock *sk)
+{
+	bpf_sk_storage_delete(&patched_sk, sk);
+}
+
+/* bw in BW_UNIT pkts/us -> bytes/s. */
+static __always_inline u64 patched_bytes_per_sec(struct sock *sk, u32 bw)
+{
+	return ((u64)bw * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
+}
+
+static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e, void *v)
+{
+	struct patched *p = v;
+	struct bbr *bbr = bbr_of(sk);
+
+	if (!p)
+		return;
+	e->theta = p->theta;
+	e->alpha = patched_active(sk, p) ? patched_alpha(patched_theta(p), &p->m) : 0;
+	e->on_us = (u32)min(p->on_ns / NSEC_PER_USEC, (u64)~0U);
+	e->off_us = (u32)min(p->off_ns / NSEC_PER_USEC, (u64)~0U);
+	e->theta_on_us = p->theta_on_us;
+	e->theta_off_us = p->theta_off_us;
+	e->bbr_pacing_gain = bbr->pacing_gain;
+	e->stall_us = (u32)min(p->stall_ns / NSEC_PER_USEC, (u64)~0U);
+	if (e->delivery_rate) {
+		e->bw_raw = patched_bytes_per_sec(sk, p->bw_raw);
+		e->bw_corrected = patched_bytes_per_sec(sk, p->bw_corrected);
+	}
+}
+
+BBR_STRUCT_OPS("patched_bbr");

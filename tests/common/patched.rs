@@ -1,0 +1,674 @@
+//! patched BBR (patched-bbr-cloud.txt Pseudocode 2) on a real kernel, its
+//! parameters, and the lab's sender On/Off gate.
+//! Shared by the host and VM test binaries.
+use std::{
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use ccctl_lab::{
+    iperf::{self, FlowResult, FlowSpec},
+    testbed::{Gate, Role, Testbed, TestbedConfig},
+};
+use serde_json::Value;
+
+use super::{ccctl, flows::*, registered, snapshot, Clean};
+
+/// Loads patched-bbr (with `load_args`) and runs one patched_bbr flow on
+/// sender 0 of a testbed built from `cfg`.
+pub fn patched_bbr_flow(cfg: TestbedConfig, secs: u64) -> (FlowResult, Vec<String>) {
+    ccctl(&["load", "patched-bbr"]).ok();
+    assert!(
+        registered("patched_bbr"),
+        "patched_bbr is not in the kernel's list after load"
+    );
+    let tb = testbed(cfg);
+    flow_with_ss(&tb, "patched_bbr", secs)
+}
+
+/// The flow ran patched_bbr (iperf3 and the socket agree) at `min_share` of `rate`.
+pub fn assert_carries(rate: f64, flow: &FlowResult, seen: &[String], min_share: f64) {
+    println!(
+        "patched_bbr: {:.1} Mbit/s of {:.0} ({:.0} %), {} retransmits, the socket named {:?}",
+        mbit(flow.goodput_bps),
+        mbit(rate),
+        100.0 * flow.goodput_bps / rate,
+        flow.retransmits,
+        seen
+    );
+    assert_eq!(
+        flow.sender_cc.as_deref(),
+        Some("patched_bbr"),
+        "iperf3 did not run patched_bbr"
+    );
+    let after_first: &[String] = if seen.first().is_some_and(|c| c != "patched_bbr") {
+        &seen[1..]
+    } else {
+        seen
+    };
+    assert!(
+        !after_first.is_empty() && after_first.iter().all(|c| c == "patched_bbr"),
+        "the socket named {seen:?}"
+    );
+    assert!(
+        flow.goodput_bps >= min_share * rate,
+        "goodput {:.1} Mbit/s is below {:.0} % of {:.0} Mbit/s",
+        mbit(flow.goodput_bps),
+        100.0 * min_share,
+        mbit(rate)
+    );
+}
+
+/// One traced ACK of the flow under test.
+#[derive(Debug, Clone)]
+struct Ev {
+    ts_ns: u64,
+    probe_bw: bool,
+    theta: f64,
+    alpha: f64,
+    theta_on_us: u64,
+    theta_off_us: u64,
+    p: f64,
+    pacing_gain: f64,
+    cwnd_gain: f64,
+    bw_raw: u64,
+    bw_corrected: u64,
+}
+
+/// What a traced run exercised, for the caller's non-vacuity checks.
+#[derive(Debug, Default)]
+pub struct Pseudocode2 {
+    pub events: usize,
+    pub probe_bw: usize,
+    /// Θ changes whose new value was recomputed from the round's On/Off.
+    pub theta_updates: usize,
+    /// Mean Θ in force over PROBE_BW events after `warmup`.
+    pub mean_theta: f64,
+    /// PROBE_BW events per eq. 38 level: heavy (Θ <= 1/3), medium, little.
+    pub levels: [usize; 3],
+    /// PROBE_BW events probing up (p > 1) whose pacing gain eq. 37 divided by Θ.
+    pub boosted: usize,
+    /// PROBE_BW samples whose correction D/Θ changed D.
+    pub corrected: usize,
+    pub goodput_bps: f64,
+    pub retransmits: u64,
+}
+
+/// The thresholds and alphas the test expects in force (the defaults, or
+/// what `load_args` set), in real units.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    pub theta_little: f64,
+    pub theta_heavy: f64,
+    pub alpha: [f64; 3], // heavy, medium, little
+}
+
+impl Rule {
+    pub const DEFAULT: Rule = Rule {
+        theta_little: 683.0 / 1024.0,
+        theta_heavy: 341.0 / 1024.0,
+        alpha: [2.0, 1.0, 0.0],
+    };
+
+    fn level(&self, theta: f64) -> usize {
+        if theta <= self.theta_heavy + 1e-9 {
+            0
+        } else if theta > self.theta_little + 1e-9 {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// Pseudocode 2 read back from patched_bbr's per-ACK trace of one flow on
+/// `tb`'s sender 0 (loaded with `load_args`, e.g. a lower Off threshold):
+/// every rule is recomputed by the test from the traced inputs, none is
+/// taken from the code under test.
+///
+///  * eq. 11: each new Θ is On / (On + Off) of the round it was estimated
+///    over (traced On/Off in us; Θ in 1/1024, floored), within 2/1024;
+///  * eq. 36: in PROBE_BW the sample fed to the max filter is D / max(Θ, 1/32)
+///    (within 1 % and 1 kbit/s), elsewhere D itself; the mode that counts is
+///    the one the ACK found (the previous event's: BBR takes the sample
+///    before it may change mode on the same ACK);
+///  * eq. 37: in PROBE_BW the pacing gain is p / max(Θ, 1/32) when p > 1 and
+///    Θ <= theta_little, else p (within 1/256 and 0.5 %);
+///  * eq. 38/39: in PROBE_BW alpha is the level's and the cwnd gain is
+///    BBR's 2 + alpha (within 1/256); elsewhere alpha is 0.
+pub fn pseudocode2_from_trace(
+    tb: &Testbed,
+    secs: u64,
+    warmup: Duration,
+    load_args: &[&str],
+    rule: Rule,
+) -> Pseudocode2 {
+    use super::lab::{f64s, read_parquet, strs, wait_for};
+    use super::tracing::{interrupt, spawn_trace, trace_cfg_enabled, u64s};
+
+    let mut load = vec!["load", "patched-bbr"];
+    load.extend_from_slice(load_args);
+    ccctl(&load).ok();
+    let dir = super::tempdir("patched-pseudocode2");
+    let out = dir.join("patched.parquet");
+    let port = tb.alloc_port();
+    let tracer = spawn_trace(
+        &["--algo", "patched-bbr", "--port", &port.to_string()],
+        &out,
+    );
+    wait_for(
+        "tracing to be switched on",
+        Duration::from_secs(30),
+        trace_cfg_enabled,
+    );
+    let running = iperf::spawn_flows(
+        tb,
+        &[FlowSpec::new(0, "patched_bbr", Duration::from_secs(secs)).port(port)],
+    )
+    .expect("flow");
+    let flows = running.wait().expect("the flow finishes");
+    let (code, stderr) = interrupt(tracer);
+    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
+    let (_, meta) = super::tracing::pyarrow_read(&out);
+    assert_eq!(
+        meta["ccctl.events_dropped"], "0",
+        "the check needs every event"
+    );
+
+    let df = read_parquet(&out);
+    let data_port = flows[0].local_port.expect("local port") as u64;
+    let sport = u64s(&df, "sport");
+    let ts = u64s(&df, "ts_ns");
+    let mode = strs(&df, "bbr_mode");
+    let num = |name: &str| -> Vec<f64> {
+        f64s(&df, name)
+            .into_iter()
+            .map(|v| v.unwrap_or(f64::NAN))
+            .collect()
+    };
+    let (theta, alpha, p, pacing_gain, cwnd_gain) = (
+        num("theta"),
+        num("alpha"),
+        num("bbr_pacing_gain"),
+        num("pacing_gain"),
+        num("cwnd_gain"),
+    );
+    let (on, off, raw, corr) = (
+        u64s(&df, "theta_on_us"),
+        u64s(&df, "theta_off_us"),
+        u64s(&df, "bw_raw_bps"),
+        u64s(&df, "bw_corrected_bps"),
+    );
+    let ev: Vec<Ev> = (0..df.height())
+        .filter(|&i| sport[i] == data_port)
+        .map(|i| Ev {
+            ts_ns: ts[i],
+            probe_bw: mode[i] == "probe_bw",
+            theta: theta[i],
+            alpha: alpha[i],
+            theta_on_us: on[i],
+            theta_off_us: off[i],
+            p: p[i],
+            pacing_gain: pacing_gain[i],
+            cwnd_gain: cwnd_gain[i],
+            bw_raw: raw[i],
+            bw_corrected: corr[i],
+        })
+        .collect();
+    assert!(ev.len() > 500, "{} events of the data socket", ev.len());
+
+    let mut sum = Pseudocode2 {
+        events: ev.len(),
+        goodput_bps: flows[0].goodput_bps,
+        retransmits: flows[0].retransmits,
+        ..Default::default()
+    };
+    let floor = |t: f64| t.max(1.0 / 32.0);
+    let t_warm = ev[0].ts_ns + warmup.as_nanos() as u64;
+    let mut theta_sum = 0.0;
+    let mut theta_n = 0usize;
+    for (i, e) in ev.iter().enumerate() {
+        // eq. 11, at every change of the round it was estimated over.
+        if i > 0
+            && (e.theta_on_us, e.theta_off_us) != (ev[i - 1].theta_on_us, ev[i - 1].theta_off_us)
+        {
+            let total = (e.theta_on_us + e.theta_off_us) as f64;
+            assert!(total > 0.0, "event {i}: a new Θ from an empty round: {e:?}");
+            let want = (e.theta_on_us as f64 / total * 1024.0).floor() / 1024.0;
+            assert!(
+                (e.theta - want).abs() <= 2.0 / 1024.0,
+                "event {i}: Θ {} is not On/(On+Off) = {} of its round ({e:?})",
+                e.theta,
+                want
+            );
+            sum.theta_updates += 1;
+        }
+        let sampled_in_probe_bw = i > 0 && ev[i - 1].probe_bw;
+        if e.bw_raw > 0 && !sampled_in_probe_bw {
+            assert_eq!(
+                e.bw_corrected, e.bw_raw,
+                "event {i}: corrected outside PROBE_BW: {e:?}"
+            );
+        }
+        if !e.probe_bw {
+            assert_eq!(e.alpha, 0.0, "event {i}: alpha outside PROBE_BW: {e:?}");
+            continue;
+        }
+        sum.probe_bw += 1;
+        let th = floor(e.theta);
+        if e.ts_ns >= t_warm {
+            theta_sum += e.theta;
+            theta_n += 1;
+        }
+        // eq. 36
+        if e.bw_raw > 0 && sampled_in_probe_bw {
+            let want = e.bw_raw as f64 / th;
+            assert!(
+                (e.bw_corrected as f64 - want).abs() <= want * 0.01 + 1000.0,
+                "event {i}: max-filter sample {} is not D/Θ = {} ({e:?})",
+                e.bw_corrected,
+                want
+            );
+            if e.bw_corrected as f64 > e.bw_raw as f64 * 1.01 {
+                sum.corrected += 1;
+            }
+        }
+        // eq. 37
+        let boost = e.p > 1.0 && e.theta <= rule.theta_little + 1e-9;
+        let want = if boost { e.p / th } else { e.p };
+        assert!(
+            (e.pacing_gain - want).abs() <= 1.0 / 256.0 + want * 0.005,
+            "event {i}: pacing gain {} but eq. 37 gives {} (p {}, Θ {})",
+            e.pacing_gain,
+            want,
+            e.p,
+            e.theta
+        );
+        if boost && th < 1.0 {
+            sum.boosted += 1;
+        }
+        // eq. 38, 39
+        let level = rule.level(e.theta);
+        sum.levels[level] += 1;
+        assert!(
+            (e.alpha - rule.alpha[level]).abs() <= 1.0 / 256.0,
+            "event {i}: alpha {} but eq. 38 gives {} at Θ {}",
+            e.alpha,
+            rule.alpha[level],
+            e.theta
+        );
+        assert!(
+            (e.cwnd_gain - (2.0 + rule.alpha[level])).abs() <= 1.0 / 256.0,
+            "event {i}: cwnd gain {} is not w + alpha = {} at Θ {}",
+            e.cwnd_gain,
+            2.0 + rule.alpha[level],
+            e.theta
+        );
+    }
+    sum.mean_theta = if theta_n > 0 {
+        theta_sum / theta_n as f64
+    } else {
+        f64::NAN
+    };
+    println!("patched_bbr Pseudocode 2 from the trace: {sum:?}");
+    assert!(
+        sum.probe_bw > 200,
+        "only {} PROBE_BW events: nothing to check",
+        sum.probe_bw
+    );
+    assert!(
+        sum.theta_updates > 10,
+        "Θ changed {} times",
+        sum.theta_updates
+    );
+    sum
+}
+
+/// `ccctl tune patched-bbr --json`, parsed.
+fn view() -> Value {
+    let out = ccctl(&["tune", "patched-bbr", "--json"]).ok();
+    serde_json::from_str(&out.stdout).expect("tune --json is JSON")
+}
+
+fn value(v: &Value, name: &str) -> f64 {
+    v["params"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+        .and_then(|p| p["value"].as_f64())
+        .unwrap_or_else(|| panic!("no {name} in {v}"))
+}
+
+/// patched BBR's parameters: defaults, a good change, and every bad value
+/// refused with the parameter named and the map (values and version) and
+/// the kernel's state unchanged; a bad `load` loads nothing.
+pub fn patched_bbr_parameters() {
+    let _clean = Clean::new();
+    let state = snapshot();
+    for (args, needles) in [
+        (
+            &["load", "patched-bbr", "--theta-heavy", "0.7"][..],
+            &["theta_heavy 0.7 must be below theta_little 0.667"][..],
+        ),
+        (
+            &["load", "patched-bbr", "--off-thresh", "0"],
+            &["off_thresh (--off-thresh)", "0.1 to 100"],
+        ),
+    ] {
+        ccctl(args).failed_with(needles);
+        assert!(!registered("patched_bbr"), "{args:?} loaded patched_bbr");
+        assert_eq!(snapshot(), state, "{args:?} changed kernel state");
+    }
+    ccctl(&["load", "patched-bbr"]).ok();
+    let v = view();
+    assert_eq!(v["kernel_name"], "patched_bbr");
+    assert_eq!(
+        (
+            value(&v, "theta_little"),
+            value(&v, "theta_heavy"),
+            value(&v, "off_thresh"),
+            value(&v, "alpha_little"),
+            value(&v, "alpha_medium"),
+            value(&v, "alpha_heavy"),
+        ),
+        (0.667, 0.333, 1.0, 0.0, 1.0, 2.0),
+        "defaults: {v}"
+    );
+    ccctl(&[
+        "tune",
+        "patched-bbr",
+        "--off-thresh",
+        "5",
+        "--alpha-heavy",
+        "3",
+    ])
+    .ok();
+    let v = view();
+    assert_eq!(
+        (value(&v, "off_thresh"), value(&v, "alpha_heavy")),
+        (5.0, 3.0)
+    );
+    assert_eq!(v["version"], 2);
+
+    let before = view();
+    let state = snapshot();
+    for (args, needles) in [
+        (
+            &["--theta-heavy", "0.8"][..],
+            &[
+                "theta_heavy 0.8 must be below theta_little 0.667",
+                "0 < theta_heavy < theta_little <= 1",
+            ][..],
+        ),
+        (
+            &["--theta-little", "0.2"],
+            &["theta_heavy 0.333 must be below theta_little 0.2"],
+        ),
+        (
+            &["--theta-little", "1.5"],
+            &["theta_little (--theta-little)", "out of range"],
+        ),
+        (
+            &["--theta-heavy", "0"],
+            &["theta_heavy (--theta-heavy)", "above 0"],
+        ),
+        (
+            &["--theta-heavy", "nan"],
+            &["theta_heavy (--theta-heavy)", "not a number"],
+        ),
+        (
+            &["--off-thresh", "0.05"],
+            &["off_thresh (--off-thresh)", "0.1 to 100"],
+        ),
+        (
+            &["--off-thresh", "1000"],
+            &["off_thresh (--off-thresh)", "0.1 to 100"],
+        ),
+        (
+            &["--alpha-medium", "-1"],
+            &["alpha_medium (--alpha-medium)", "0 to 4"],
+        ),
+        (
+            &["--alpha-heavy", "inf"],
+            &["alpha_heavy (--alpha-heavy)", "not a finite number"],
+        ),
+        (
+            &["--alpha-little", "1", "--alpha-heavy", "9"],
+            &["alpha_heavy (--alpha-heavy)", "0 to 4"],
+        ),
+        (
+            &["--wmin", "0.5"],
+            &["w_min (--wmin)", "not a parameter of patched-bbr"],
+        ),
+    ] {
+        let mut full = vec!["tune", "patched-bbr"];
+        full.extend_from_slice(args);
+        let out = ccctl(&full).failed_with(needles);
+        assert!(out.stdout.is_empty(), "{args:?} printed {}", out.stdout);
+        assert_eq!(view(), before, "{args:?} changed the map");
+        assert_eq!(snapshot(), state, "{args:?} changed kernel state");
+    }
+    ccctl(&["tune", "patched-bbr", "--reset"]).ok();
+    assert_eq!(value(&view(), "off_thresh"), 1.0);
+}
+
+// ---- the lab's sender gate -------------------------------------------------
+
+/// Packets seen on one interface: (CLOCK_TAI ns, outgoing, IPv4 destination).
+fn capture(ns: &str, dev: &str, secs: f64) -> Vec<(u64, bool, [u8; 4])> {
+    let path = Path::new("/run/netns").join(ns);
+    let dev = dev.to_string();
+    ccctl_sys::netns::run_in(&path, move || capture_here(&dev, secs))
+        .expect("entering the sender's namespace")
+}
+
+/// AF_PACKET socket on `dev` in this thread's namespace, kernel timestamps
+/// (SO_TIMESTAMPNS, CLOCK_REALTIME) moved to CLOCK_TAI. Only outgoing
+/// packets are timed by the tap itself (at transmission, after the qdisc);
+/// an incoming TCP packet keeps the departure time its sender's stack gave
+/// it (a CLOCK_MONOTONIC EDT survives the veth's namespace crossing), so
+/// callers use the outgoing side of each end of a link.
+fn capture_here(dev: &str, secs: f64) -> Vec<(u64, bool, [u8; 4])> {
+    const SO_TIMESTAMPNS: libc::c_int = 35;
+    const PACKET_OUTGOING: u8 = 4;
+    let proto = (libc::ETH_P_ALL as u16).to_be() as libc::c_int;
+    // SAFETY: plain socket(2); the fd is owned below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto) };
+    assert!(
+        fd >= 0,
+        "AF_PACKET socket: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: fd is a fresh descriptor we own.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let ifname = std::ffi::CString::new(dev).expect("device name");
+    // SAFETY: a NUL-terminated name.
+    let ifindex = unsafe { libc::if_nametoindex(ifname.as_ptr()) };
+    assert!(ifindex > 0, "no device {dev}");
+    // SAFETY: sockaddr_ll is plain data; bind(2) reads it.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = ifindex as i32;
+    let on: libc::c_int = 1;
+    let rcvbuf: libc::c_int = 16 << 20;
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: option values are live locals of the sizes passed.
+    unsafe {
+        assert_eq!(
+            libc::bind(
+                sock.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32
+            ),
+            0
+        );
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&rcvbuf as *const libc::c_int).cast(),
+            4,
+        );
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        );
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        );
+    }
+    let clock = |id| {
+        // SAFETY: clock_gettime into a local.
+        let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+        unsafe { libc::clock_gettime(id, &mut t) };
+        t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128
+    };
+    let tai_offset = clock(libc::CLOCK_TAI) - clock(libc::CLOCK_REALTIME);
+    let mut out = Vec::new();
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut data = [0u8; 64];
+    let mut ctrl = [0u64; 16];
+    while Instant::now() < end {
+        // SAFETY: msghdr over live local buffers of the lengths given.
+        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut from as *mut libc::sockaddr_ll).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctrl.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&ctrl);
+        // SAFETY: as above.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+        if n < 0 {
+            continue; // timeout
+        }
+        // SAFETY: walking the control buffer the kernel filled.
+        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !cmsg.is_null() {
+            let c = unsafe { &*cmsg };
+            if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == SO_TIMESTAMPNS {
+                let ts: libc::timespec =
+                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
+                let real = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+                // Ethernet (14 bytes), then the IPv4 header: destination at 16..20.
+                let dst = if n >= 34 {
+                    [data[30], data[31], data[32], data[33]]
+                } else {
+                    [0; 4]
+                };
+                out.push((
+                    (real + tai_offset) as u64,
+                    from.sll_pkttype == PACKET_OUTGOING,
+                    dst,
+                ));
+            }
+            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+        }
+    }
+    out
+}
+
+/// The gate keeps time: with sender 0 gated On `on` / Off `off` ms and a
+/// Cubic flow running through it, every packet that goes onto the sender's
+/// link, data from the sender (its `eth0`) and ACKs toward it (the
+/// router's `to_s0`), does so in an On window, within 1 ms.
+pub fn gate_passes_packets_only_in_on_windows(
+    rate_bps: u64,
+    rtt: Duration,
+    on_ms: u64,
+    off_ms: u64,
+) {
+    let _clean = Clean::new();
+    let gate = Gate {
+        on: Duration::from_millis(on_ms),
+        off: Duration::from_millis(off_ms),
+    };
+    let buffer = ccctl_lab::testbed::buffer_bdp(rate_bps, rtt, 1.0, 1500);
+    let mut cfg = TestbedConfig::new(rate_bps, buffer).with_rtts(&[rtt]);
+    cfg.senders[0].gate = Some(gate);
+    let tb = testbed(cfg);
+    let secs = 12;
+    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "cubic", Duration::from_secs(secs))])
+        .expect("flow");
+    std::thread::sleep(Duration::from_secs(4));
+    let router = tb.ns(Role::Router);
+    let acks = std::thread::spawn(move || capture(&router, "to_s0", 4.0));
+    // The sender's transmissions onto its link (outgoing on its eth0) ...
+    let mut pkts: Vec<(u64, bool)> = capture(&tb.ns(Role::Sender(0)), "eth0", 4.0)
+        .into_iter()
+        .filter(|p| p.1)
+        .map(|p| (p.0, true))
+        .collect();
+    // ... and the router's toward it: outgoing on to_s0 and addressed to the
+    // sender (the sender's own data, delayed on the router's ifb and put
+    // back on to_s0's ingress, shows there as outgoing too).
+    let sender = tb.sender_addr(0).octets();
+    pkts.extend(
+        acks.join()
+            .expect("capture thread")
+            .into_iter()
+            .filter(|p| p.1 && p.2 == sender)
+            .map(|p| (p.0, false)),
+    );
+    let gated = running.wait().expect("flow")[0].goodput_bps;
+    let cycle = gate.cycle().as_nanos() as u64;
+    let tol = 1_000_000u64;
+    let on = gate.on.as_nanos() as u64;
+    let outside = |out: bool| -> (usize, Vec<f64>) {
+        let ph: Vec<u64> = pkts
+            .iter()
+            .filter(|p| p.1 == out)
+            .map(|p| p.0 % cycle)
+            .collect();
+        let bad: Vec<f64> = ph
+            .iter()
+            .filter(|&&p| !(p <= on + tol || p + tol >= cycle))
+            .map(|&p| p as f64 / 1e6)
+            .collect();
+        (ph.len(), bad)
+    };
+    let (sent, bad_sent) = outside(true);
+    let (recv, bad_recv) = outside(false);
+    println!(
+        "gate on {on_ms} / off {off_ms} ms: sender sent {sent} packets, {} outside On (+-1 ms); router sent it {recv}, {} outside; cubic {:.2} Mbit/s gated",
+        bad_sent.len(),
+        bad_recv.len(),
+        mbit(gated)
+    );
+    assert!(
+        sent > 100 && recv > 100,
+        "too few packets captured: {sent} out, {recv} in"
+    );
+    assert!(
+        bad_sent.is_empty(),
+        "sent outside On windows at phases (ms) {:?}",
+        &bad_sent[..bad_sent.len().min(20)]
+    );
+    assert!(
+        bad_recv.is_empty(),
+        "router sent toward the sender outside On windows at phases (ms) {:?}",
+        &bad_recv[..bad_recv.len().min(20)]
+    );
+    // The same testbed's qdiscs carry the schedule (what the lab records).
+    let qd = tb
+        .exec(Role::Sender(0), &["tc", "qdisc", "show", "dev", "eth0"])
+        .expect("tc");
+    let qd = String::from_utf8_lossy(&qd.stdout);
+    assert!(qd.contains("taprio"), "no taprio on the sender: {qd}");
+}

@@ -49,6 +49,22 @@ static void real(unsigned long fixed, unsigned long scale)
 	printf("%s_f64", buf);
 }
 
+/* fixed / scale as the shortest decimal that the map stores as `fixed` again
+ * (round(x * scale) == fixed): how ccctl shows a value (0.667 for 683/1024). */
+static void shown(unsigned long fixed, unsigned long scale)
+{
+	double v = (double)fixed / (double)scale;
+	char buf[64];
+	int prec;
+
+	for (prec = 0; prec <= 17; prec++) {
+		snprintf(buf, sizeof(buf), "%.*f", prec, v);
+		if ((unsigned long)(strtod(buf, NULL) * (double)scale + 0.5) == fixed)
+			break;
+	}
+	printf("%s_f64", buf);
+}
+
 /* The Rust constant's name: the field in capitals. */
 static void konst(const char *field)
 {
@@ -85,7 +101,7 @@ int main(void)
 		printf(",\n    min_exclusive: %s,\n", r->lo_x ? "true" : "false");
 		printf("    max_exclusive: %s,\n", r->hi_x ? "true" : "false");
 		printf("    default: ");
-		real(r->def, r->scale);
+		shown(r->def, r->scale);
 		printf(",\n");
 		printf("    integer: %s,\n", r->whole ? "true" : "false");
 		printf("    get: |p| p.%s,\n    set: |p, v| p.%s = v,\n};\n", r->field, r->field);

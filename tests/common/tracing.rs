@@ -488,7 +488,7 @@ pub fn killed_tracer_is_switched_off_by_the_next_command() {
     );
     assert!(
         status.stderr.contains(&format!("pid {}", killed.id()))
-            && status.stderr.contains("switched it off"),
+            && status.stderr.contains("repaired: switched tracing off"),
         "{}",
         status.stderr
     );

@@ -220,7 +220,9 @@ fn registered() -> Result<Vec<String>> {
 
 const PIN_ROOT: &str = "/sys/fs/bpf/ccctl";
 
-/// A private namespace with loopback up and an iperf3 server; removed on drop.
+const FLOW_PORTS: [u16; 4] = [5201, 5202, 5203, 5204];
+
+/// A private namespace with loopback up and iperf3 servers; removed on drop.
 struct FlowNs {
     name: String,
 }
@@ -231,23 +233,32 @@ impl FlowNs {
         proc::run(Command::new("ip").args(["netns", "add", &name]))?;
         let ns = FlowNs { name };
         proc::run(Command::new("ip").args(["-n", &ns.name, "link", "set", "lo", "up"]))?;
-        proc::run(Command::new("ip").args([
-            "netns",
-            "exec",
-            &ns.name,
-            "iperf3",
-            "-s",
-            "-D",
-            "-B",
-            "127.0.0.1",
-            "-p",
-            "5201",
-        ]))?;
+        // One iperf3 server serves one client at a time: a few ports let
+        // flows overlap.
+        for port in FLOW_PORTS {
+            proc::run(
+                Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &ns.name,
+                        "iperf3",
+                        "-s",
+                        "-D",
+                        "-B",
+                        "127.0.0.1",
+                    ])
+                    .args(["-p", &port.to_string()]),
+            )?;
+        }
         std::thread::sleep(Duration::from_millis(300));
         Ok(ns)
     }
 
-    fn client(&self, cc: &str, secs: f64) -> Result<std::process::Child> {
+    /// A flow of whole seconds (iperf3's -t takes an integer: `-t 0.5` is
+    /// `-t 0`, no limit) to server `n` (mod the ports).
+    fn client(&self, cc: &str, secs: u32, n: u32) -> Result<std::process::Child> {
+        let port = FLOW_PORTS[n as usize % FLOW_PORTS.len()].to_string();
         Command::new("ip")
             .args([
                 "netns",
@@ -256,13 +267,11 @@ impl FlowNs {
                 "iperf3",
                 "-c",
                 "127.0.0.1",
-                "-p",
-                "5201",
                 "-J",
                 "-C",
                 cc,
             ])
-            .args(["-t", &format!("{secs}")])
+            .args(["-p", &port, "-t", &secs.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -313,7 +322,7 @@ fn cycles(c: &Ccctl, n: u32) -> Result<Vec<String>> {
         }
         if i % 2 == 1 {
             flows += 1;
-            let client = ns.client(kernel_name, 1.0)?;
+            let client = ns.client(kernel_name, 1, i)?;
             std::thread::sleep(Duration::from_millis(300));
             let unloaded = c.must(&["unload", name]);
             let out = client.wait_with_output().context("waiting for iperf3")?;
@@ -655,13 +664,19 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
     std::fs::write(&cfg_path, config(2.0))?;
     let ns = FlowNs::new()?;
     let cfg_arg = cfg_path.to_string_lossy().into_owned();
-    let mut daemon = c
+    // Its log goes to a file: a pipe nobody reads for 30 minutes could fill.
+    let log_path = scratch.join("daemon.log");
+    let log_file = std::fs::File::create(&log_path)?;
+    let daemon = c
         .cmd(&["daemon", "--config", &cfg_arg])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(log_file)
         .spawn()
         .context("starting ccctl daemon")?;
     let pid = daemon.id();
+    // Whatever ends this function early (an error, Ctrl-C), the daemon gets
+    // SIGTERM (it unloads what it loaded) and the scratch directory goes.
+    let mut daemon = Reap(Some(daemon), scratch.clone());
     let started = Instant::now();
     let total = Duration::from_secs_f64(minutes * 60.0);
     let mut failures = Vec::new();
@@ -672,11 +687,11 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
     std::thread::sleep(Duration::from_secs(2));
     while started.elapsed() < total {
         proc::bail_if_interrupted()?;
-        if daemon.try_wait()?.is_some() {
+        if daemon.child().try_wait()?.is_some() {
             failures.push("the daemon exited by itself".into());
             break;
         }
-        clients.push(ns.client("bpf_bbr", 0.5)?);
+        clients.push(ns.client("bpf_bbr", 1, flows)?);
         flows += 1;
         // Reap finished clients.
         let mut still = Vec::new();
@@ -736,13 +751,12 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
         rustix::process::Pid::from_raw(pid as i32).context("daemon pid")?,
         rustix::process::Signal::TERM,
     )?;
-    let out = daemon.wait_with_output()?;
+    let status = daemon.0.take().context("the daemon")?.wait()?;
     drop(ns);
-    let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    if !out.status.success() {
+    if !status.success() {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
         failures.push(format!(
-            "the daemon's exit after SIGTERM: {:?}\n{log}",
-            out.status
+            "the daemon's exit after SIGTERM: {status:?}\n{log}"
         ));
     }
     let files = std::fs::read_dir(&traces)?.count();
@@ -782,4 +796,26 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
     }
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(failures)
+}
+
+/// The soaked daemon: SIGTERM and wait on drop, then remove the scratch
+/// directory.
+struct Reap(Option<std::process::Child>, PathBuf);
+
+impl Reap {
+    fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("the daemon is running")
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
 }

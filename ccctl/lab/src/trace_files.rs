@@ -966,6 +966,12 @@ impl Sink for CsvSink {
 /// Each file is complete on its own (footer, `ccctl.events_written`) and
 /// records the events dropped while it was the current file, read through
 /// `drops` (the session's cumulative count since it started).
+///
+/// Files appear atomically: the current one is written as a hidden
+/// `.<name>.partial` and renamed to its `.parquet` name once its footer is
+/// written, so a collector globbing `*.parquet` never reads half a file. A
+/// daemon killed mid-file leaves the `.partial` (readable up to its last row
+/// group, or not at all) for a human, never for the collector.
 pub struct RotatingParquetSink {
     dir: std::path::PathBuf,
     prefix: String,
@@ -1022,7 +1028,7 @@ impl RotatingParquetSink {
             .dir
             .join(format!("{}-{secs}-{:04}.parquet", self.prefix, self.seq));
         self.seq += 1;
-        let sink = ParquetSink::create(&path, (self.meta)())?;
+        let sink = ParquetSink::create(&partial_path(&path), (self.meta)())?;
         self.drops_at_open = (self.drops)();
         self.current = Some((Box::new(sink), path, std::time::Instant::now()));
         Ok(())
@@ -1032,6 +1038,8 @@ impl RotatingParquetSink {
         if let Some((sink, path, _)) = self.current.take() {
             let dropped = (self.drops)().saturating_sub(self.drops_at_open);
             self.closed_written += sink.finish(dropped)?;
+            std::fs::rename(partial_path(&path), &path)
+                .with_context(|| format!("renaming the finished {}", path.display()))?;
             tracing::info!(file = %path.display(), "trace file closed");
             self.files.push(path);
         }
@@ -1044,7 +1052,10 @@ impl RotatingParquetSink {
             Some((sink, path, opened)) => {
                 opened.elapsed() >= self.max_age
                     || (sink.written() > 0
-                        && std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) >= self.max_bytes)
+                        && std::fs::metadata(partial_path(path))
+                            .map(|m| m.len())
+                            .unwrap_or(0)
+                            >= self.max_bytes)
             }
             None => true,
         };
@@ -1054,6 +1065,15 @@ impl RotatingParquetSink {
         }
         Ok(())
     }
+}
+
+/// Where a rotating file is written until it is complete: `.<name>.partial`.
+fn partial_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.partial"))
 }
 
 impl Sink for RotatingParquetSink {
@@ -1095,6 +1115,55 @@ impl Sink for RotatingParquetSink {
 pub(crate) mod tests {
     use super::*;
     use ccctl_core::trace::synthetic::synthetic_event;
+
+    /// A collector globbing `*.parquet` sees only finished files: the current
+    /// one is a hidden `.partial` until rotation renames it.
+    #[test]
+    fn rotating_files_appear_only_when_complete() {
+        let dir = std::env::temp_dir().join(format!("ccctl-rotate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let visible = |d: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .expect("dir")
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".parquet"))
+                .collect();
+            v.sort();
+            v
+        };
+        let mut sink = RotatingParquetSink::new(
+            &dir,
+            "t",
+            u64::MAX,
+            std::time::Duration::from_secs(3600),
+            Box::new(meta),
+            Box::new(|| 0),
+        )
+        .expect("sink");
+        for i in 0..10 {
+            sink.push(&synthetic_event(i)).expect("push");
+        }
+        assert!(
+            visible(&dir).is_empty(),
+            "a file in progress is visible: {:?}",
+            visible(&dir)
+        );
+        sink.close_current().expect("close");
+        sink.open().expect("open");
+        assert_eq!(visible(&dir).len(), 1, "{:?}", visible(&dir));
+        sink.push(&synthetic_event(11)).expect("push");
+        Box::new(sink).finish(0).expect("finish");
+        let files = visible(&dir);
+        assert_eq!(files.len(), 2, "{files:?}");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
+            .collect();
+        assert!(left.is_empty(), "partial files left after finish");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     fn meta() -> TraceMeta {
         TraceMeta::now(r#"{"algos":[],"port":null}"#.into())

@@ -24,7 +24,8 @@
 //!   are sampled every 10 s: after the first minute they may not grow beyond
 //!   16 MiB and 4 descriptors; every flow must complete, every SIGHUP be
 //!   applied, and the rotated files hold every event the trace did not
-//!   count as dropped.
+//!   count as dropped: rows in the files + the drops they record == the
+//!   BPF side's `trace_produced`.
 //!
 //! Objects are counted machine-wide: on the host, hold /tmp/ccctl-host.lock
 //! (the soak takes it) so that no test loads anything meanwhile.
@@ -634,19 +635,51 @@ fn footprint(pid: u32) -> Result<(u64, usize)> {
     Ok((rss, fds))
 }
 
-/// Rows in the Parquet files under `dir` (pyarrow from the setup's venv).
-fn parquet_rows(dir: &Path) -> Result<u64> {
+/// (rows, events the files say were dropped while each was current) of
+/// the Parquet files under `dir` (pyarrow from the setup's venv).
+fn parquet_rows(dir: &Path) -> Result<(u64, u64)> {
     let script = "import sys, glob, pyarrow.parquet as pq\n\
-                  print(sum(pq.ParquetFile(f).metadata.num_rows for f in glob.glob(sys.argv[1] + '/*.parquet')))";
+                  rows = dropped = 0\n\
+                  for f in glob.glob(sys.argv[1] + '/*.parquet'):\n\
+                  \x20   md = pq.ParquetFile(f).metadata\n\
+                  \x20   rows += md.num_rows\n\
+                  \x20   dropped += int((md.metadata or {}).get(b'ccctl.events_dropped', b'0'))\n\
+                  print(rows, dropped)";
     let out = Command::new(Path::new(ccctl_vm::VENV).join("bin/python"))
         .args(["-c", script])
         .arg(dir)
         .output()
         .context("running pyarrow (cargo xtask setup installs it)")?;
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .with_context(|| format!("counting rows: {}", String::from_utf8_lossy(&out.stderr)))
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut it = text.split_whitespace().map(str::parse::<u64>);
+    match (it.next(), it.next()) {
+        (Some(Ok(r)), Some(Ok(d))) => Ok((r, d)),
+        _ => bail!(
+            "counting rows: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// Sum over CPUs of a pinned per-CPU u64 counter (bpftool's formatted dump).
+fn per_cpu_sum(pin: &str) -> Result<u64> {
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned", pin])
+        .output()
+        .context("running bpftool")?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).with_context(|| format!("bpftool map dump {pin}"))?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|e| {
+            e["formatted"]["values"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|c| c["value"].as_u64())
+        .sum())
 }
 
 fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
@@ -747,6 +780,11 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
             flows_ok += 1;
         }
     }
+    // Every flow is over: after a moment for the last ACKs, the BPF side's
+    // count of events produced is final (read before SIGTERM: the daemon
+    // unloads, and the counter goes with the maps).
+    std::thread::sleep(Duration::from_secs(2));
+    let produced = per_cpu_sum("/sys/fs/bpf/ccctl/shared/trace_produced")?;
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid as i32).context("daemon pid")?,
         rustix::process::Signal::TERM,
@@ -760,7 +798,7 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
         ));
     }
     let files = std::fs::read_dir(&traces)?.count();
-    let rows = parquet_rows(&traces)?;
+    let (rows, dropped) = parquet_rows(&traces)?;
     // Growth after the first minute (allocator warm-up, first rotation).
     let settled: Vec<&(f64, u64, usize)> = samples.iter().filter(|s| s.0 >= 60.0).collect();
     if let (Some(first), Some(max_rss), Some(max_fds)) = (
@@ -793,6 +831,15 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
     }
     if rows == 0 {
         failures.push("no traced events in the rotated files".into());
+    }
+    // No event lost that the drop counter does not count.
+    println!(
+        "soak daemon: events produced {produced}, in the files {rows}, counted dropped {dropped}"
+    );
+    if rows + dropped != produced {
+        failures.push(format!(
+            "events: {rows} written + {dropped} dropped != {produced} produced"
+        ));
     }
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(failures)

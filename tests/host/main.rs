@@ -360,6 +360,14 @@ mod lab {
             xs[0] / 1e6
         );
         assert!(jfi < 0.8, "a run unfair by construction scored JFI {jfi}");
+        // The four late flows run only in the last second: summing the five
+        // rates would report about 1.45 of a link no flow can exceed.
+        let util = f64s(&summary, "utilization")[main_run].expect("utilization");
+        println!("unfair run: utilization {util:.3}");
+        assert!(
+            (0.7..=1.02).contains(&util),
+            "utilization {util:.3}: not the bits delivered over the link's capacity in the run"
+        );
     }
 
     /// Bad input: a clear error naming the field, and nothing created.

@@ -17,8 +17,10 @@
 //!   For RTT, less is better, so `m_h(RTT) = eq2(rtt(β₁), rtt(β))`: negative
 //!   again means the competitor harmed β.
 //!
-//! Per run: Jain's index over the flows' goodputs, link utilization (sum of
-//! goodputs over the configured rate), bottleneck drops.
+//! Per run: Jain's index over the flows' goodputs, link utilization (the
+//! bits the flows delivered in their windows over what the configured rate
+//! carries from the first window's start to the last one's end), bottleneck
+//! drops.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -256,12 +258,43 @@ pub fn analyze(plan: &Plan, records: &[JobRecord]) -> Analysis {
                 ..Default::default()
             },
             jain_index: metrics::jain_fairness(&goodputs).filter(|_| goodputs.len() == ms.len()),
-            utilization: metrics::link_utilization(&goodputs, job.link.rate.0),
+            utilization: run_utilization(rec, ms),
             bottleneck_drops: rec.bottleneck.as_ref().map(|q| q.drops),
             ..base
         });
     }
     Analysis { rows, calibrations }
+}
+
+/// The run's link utilization (see the top of this file): each flow's
+/// goodput counts for the window it was measured over, `[start + warmup,
+/// start + duration]`, against the span from the earliest window start to
+/// the latest end.
+fn run_utilization(rec: &JobRecord, ms: &[FlowMetrics]) -> Option<f64> {
+    let warmup = rec.job.warmup.as_secs_f64();
+    let windows: Vec<(f64, f64)> = rec
+        .flows
+        .iter()
+        .map(|f| {
+            let start = f.plan.start.as_secs_f64();
+            let end = start + f.plan.duration.as_secs_f64();
+            ((start + warmup).min(end), end)
+        })
+        .collect();
+    let from = windows.iter().map(|w| w.0).fold(f64::INFINITY, f64::min);
+    let to = windows
+        .iter()
+        .map(|w| w.1)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let flows: Vec<(f64, f64)> = ms
+        .iter()
+        .zip(&windows)
+        .filter_map(|(m, w)| m.goodput_bps.map(|g| (g, w.1 - w.0)))
+        .collect();
+    if flows.is_empty() {
+        return None;
+    }
+    metrics::link_utilization(&flows, rec.job.link.rate.0, to - from)
 }
 
 /// "cubic:1, bbr:1" style label of a run's flows.

@@ -86,9 +86,14 @@ pub fn goodput_bps(bytes: u64, secs: f64) -> Option<f64> {
     (secs > 0.0).then(|| bytes as f64 * 8.0 / secs)
 }
 
-/// Share of the bottleneck the flows used together.
-pub fn link_utilization(goodputs_bps: &[f64], capacity_bps: f64) -> Option<f64> {
-    (capacity_bps > 0.0).then(|| goodputs_bps.iter().sum::<f64>() / capacity_bps)
+/// Share of the bottleneck the flows used together: the bits they delivered,
+/// each flow `(goodput bit/s, seconds it was measured)`, over what the link
+/// could carry in the run's window of `run_secs` seconds. Flows that do not
+/// overlap in time do not add up their rates: five flows one after the
+/// other at the full rate use the link once, not five times.
+pub fn link_utilization(flows: &[(f64, f64)], capacity_bps: f64, run_secs: f64) -> Option<f64> {
+    (capacity_bps > 0.0 && run_secs > 0.0)
+        .then(|| flows.iter().map(|(g, s)| g * s).sum::<f64>() / (capacity_bps * run_secs))
 }
 
 #[cfg(test)]
@@ -164,7 +169,16 @@ mod tests {
     fn goodput_utilization_and_mean_by_hand() {
         // 25 MB in 10 s = 20 Mbit/s.
         assert!(close(goodput_bps(25_000_000, 10.0), 20e6));
-        assert!(close(link_utilization(&[9e6, 9e6], 20e6), 0.9));
+        // Two concurrent flows over the same 10 s: rates add up.
+        assert!(close(
+            link_utilization(&[(9e6, 10.0), (9e6, 10.0)], 20e6, 10.0),
+            0.9
+        ));
+        // A 7 s flow at 20 Mbit/s, then four flows of 1 s at 5 Mbit/s each
+        // in the last second of an 8 s window: (140 + 20) Mbit / 160 Mbit.
+        let late = [(20e6, 7.0), (5e6, 1.0), (5e6, 1.0), (5e6, 1.0), (5e6, 1.0)];
+        assert!(close(link_utilization(&late, 20e6, 8.0), 1.0));
+        assert_eq!(link_utilization(&[(1e6, 1.0)], 20e6, 0.0), None);
         assert!(close(mean(&[1.0, 2.0, 6.0]), 3.0));
         assert_eq!(mean(&[]), None);
         assert_eq!(goodput_bps(1, 0.0), None);

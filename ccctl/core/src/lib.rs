@@ -11,6 +11,8 @@ pub mod abi;
 pub mod algos;
 mod bpf;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod kernel;
 pub mod loader;
 pub mod params;

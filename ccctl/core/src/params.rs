@@ -22,9 +22,6 @@ use crate::algos::Algorithm;
 use crate::error::{Error, Result};
 use crate::loader;
 
-/// Scale of Modest BBR's W_min and W_max in the map (`CCCTL_W_UNIT`).
-pub const W_UNIT: f64 = abi::CCCTL_W_UNIT as f64;
-
 /// One parameter: its name, where it lives, its scale and its bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct ParamDef {
@@ -59,9 +56,6 @@ pub const W_MIN_LO: f64 = W_MIN.min;
 // bpf/ccctl_abi.h: names, flags, docs, units, scales, defaults and bounds
 // are the ones the BPF side clamps to, defined there once.
 include!(concat!(env!("OUT_DIR"), "/params_table.rs"));
-
-/// Scale of patched BBR's Θ thresholds in the map (`CCCTL_THETA_UNIT`).
-pub const THETA_UNIT: f64 = abi::CCCTL_THETA_UNIT as f64;
 
 /// Every row's default, version 1: the set the BPF side uses at version 0.
 pub fn defaults() -> abi::ccctl_params {
@@ -363,8 +357,9 @@ pub fn validate(
         let raw = def.encode(*v).map_err(|m| invalid(algo, def.label(), m))?;
         (def.set)(&mut next, raw);
     }
-    check_window(algo, defs_for(algo), &next, &resolved)?;
-    check_theta(algo, defs_for(algo), &next, &resolved)?;
+    for pair in [(&W_MIN, &W_MAX), (&THETA_HEAVY, &THETA_LITTLE)] {
+        check_ordered_pair(algo, defs_for(algo), &next, &resolved, pair)?;
+    }
     next.version = current.version.wrapping_add(1).max(1);
     Ok(next)
 }
@@ -408,17 +403,21 @@ fn resolve<'c>(
     Ok(resolved)
 }
 
-/// 0 < w_min < w_max <= 1 on the set `p` (the single-value bounds already
-/// hold for values given now; this catches pairs, and a map someone else
-/// wrote). Values given in this call are quoted as given.
-fn check_window(
+/// `lo.min < lo < hi <= 1` on the set `p`, for two parameters that bound
+/// one range: Modest BBR's `0 < w_min < w_max <= 1`, patched BBR's
+/// `0 < theta_heavy < theta_little <= 1` (its descheduling levels must not
+/// overlap). The single-value bounds already hold for values given now;
+/// this catches pairs, and a map someone else wrote. Compared in the map's
+/// fixed point; values given in this call are quoted as given.
+fn check_ordered_pair(
     algo: &Algorithm,
     defs: &[ParamDef],
     p: &abi::ccctl_params,
     given: &[(&ParamDef, &str, f64)],
+    (lo, hi): (&ParamDef, &ParamDef),
 ) -> Result<()> {
-    let has = |n: &str| defs.iter().any(|d| d.name == n);
-    if !(has(W_MIN.name) && has(W_MAX.name)) {
+    let has = |d: &ParamDef| defs.iter().any(|x| x.name == d.name);
+    if !(has(lo) && has(hi)) {
         return Ok(());
     }
     let shown = |d: &ParamDef| {
@@ -428,83 +427,37 @@ fn check_window(
             .map(|(_, _, v)| *v)
             .unwrap_or_else(|| d.display((d.get)(p)))
     };
-    let (lo, hi) = (p.w_min, p.w_max);
-    let rule = format!("allowed: {W_MIN_LO} < w_min < w_max <= 1");
-    if (lo as f64) <= W_MIN_LO * W_UNIT || lo as f64 >= W_UNIT {
+    let (a, b) = ((lo.get)(p) as f64, (hi.get)(p) as f64);
+    let (unit, floor) = (lo.scale, lo.min);
+    let rule = format!("allowed: {floor} < {} < {} <= 1", lo.name, hi.name);
+    if a <= floor * unit || a >= unit {
         return Err(invalid(
             algo,
-            W_MIN.label(),
-            format!("{} is out of range; {rule}", shown(&W_MIN)),
+            lo.label(),
+            format!("{} is out of range; {rule}", shown(lo)),
         ));
     }
-    if hi as f64 <= W_MIN_LO * W_UNIT || hi as f64 > W_UNIT {
+    if b <= floor * unit || b > unit {
         return Err(invalid(
             algo,
-            W_MAX.label(),
-            format!("{} is out of range; {rule}", shown(&W_MAX)),
+            hi.label(),
+            format!("{} is out of range; {rule}", shown(hi)),
         ));
     }
-    if lo >= hi {
-        let (a, b) = (shown(&W_MIN), shown(&W_MAX));
-        let note = if a < b {
-            format!(" (equal in the map's steps of 1/{W_UNIT})")
+    if a >= b {
+        let (x, y) = (shown(lo), shown(hi));
+        let note = if x < y {
+            format!(" (equal in the map's steps of 1/{unit})")
         } else {
             String::new()
         };
         return Err(invalid(
             algo,
-            format!("{} and {}", W_MIN.label(), W_MAX.label()),
-            format!("w_min {a} must be below w_max {b}{note}; {rule}"),
-        ));
-    }
-    Ok(())
-}
-
-/// 0 < theta_heavy < theta_little <= 1 on the set `p` (patched BBR's
-/// descheduling levels must not overlap), in the map's fixed point.
-fn check_theta(
-    algo: &Algorithm,
-    defs: &[ParamDef],
-    p: &abi::ccctl_params,
-    given: &[(&ParamDef, &str, f64)],
-) -> Result<()> {
-    let has = |n: &str| defs.iter().any(|d| d.name == n);
-    if !(has(THETA_HEAVY.name) && has(THETA_LITTLE.name)) {
-        return Ok(());
-    }
-    let shown = |d: &ParamDef| {
-        given
-            .iter()
-            .find(|(g, _, _)| g.name == d.name)
-            .map(|(_, _, v)| *v)
-            .unwrap_or_else(|| d.display((d.get)(p)))
-    };
-    let rule = "allowed: 0 < theta_heavy < theta_little <= 1";
-    if p.theta_heavy == 0 || p.theta_heavy as f64 >= THETA_UNIT {
-        return Err(invalid(
-            algo,
-            THETA_HEAVY.label(),
-            format!("{} is out of range; {rule}", shown(&THETA_HEAVY)),
-        ));
-    }
-    if p.theta_little == 0 || p.theta_little as f64 > THETA_UNIT {
-        return Err(invalid(
-            algo,
-            THETA_LITTLE.label(),
-            format!("{} is out of range; {rule}", shown(&THETA_LITTLE)),
-        ));
-    }
-    if p.theta_heavy >= p.theta_little {
-        let (a, b) = (shown(&THETA_HEAVY), shown(&THETA_LITTLE));
-        let note = if a < b {
-            format!(" (equal in the map's steps of 1/{THETA_UNIT})")
-        } else {
-            String::new()
-        };
-        return Err(invalid(
-            algo,
-            format!("{} and {}", THETA_HEAVY.label(), THETA_LITTLE.label()),
-            format!("theta_heavy {a} must be below theta_little {b}{note}; {rule}"),
+            format!("{} and {}", lo.label(), hi.label()),
+            format!(
+                "{} {x} must be below {} {y}{note}; {rule}",
+                lo.name, hi.name
+            ),
         ));
     }
     Ok(())

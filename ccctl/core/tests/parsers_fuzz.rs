@@ -20,12 +20,8 @@ use ccctl_core::{
 use proptest::prelude::*;
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("CCCTL_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
     ProptestConfig {
-        cases,
+        cases: ccctl_core::fuzz::cases(20_000),
         failure_persistence: None,
         ..ProptestConfig::default()
     }

@@ -14,12 +14,8 @@ use ccctl_lab::scenario::{Scenario, MAX_FLOWS};
 use proptest::prelude::*;
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("CCCTL_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5_000);
     ProptestConfig {
-        cases,
+        cases: ccctl_core::fuzz::cases(5_000),
         failure_persistence: None,
         ..ProptestConfig::default()
     }

@@ -191,12 +191,8 @@ mod fuzz {
     use crate::cli::{Cli, Command};
 
     fn config() -> ProptestConfig {
-        let cases = std::env::var("CCCTL_FUZZ_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(5_000);
         ProptestConfig {
-            cases,
+            cases: ccctl_core::fuzz::cases(5_000),
             failure_persistence: None,
             ..ProptestConfig::default()
         }

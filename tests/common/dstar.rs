@@ -13,7 +13,7 @@ use std::time::Duration;
 use ccctl_lab::iperf::{self, FlowResult, FlowSpec};
 use ccctl_lab::testbed::TestbedConfig;
 
-use super::flows::{flow_with_ss, mbit, testbed};
+use super::flows::{assert_carries, loaded_flow, mbit, testbed};
 use super::lab::{f64s, read_parquet, strs, wait_for};
 use super::tracing::{interrupt, pyarrow_read, spawn_trace, trace_cfg_enabled, u64s};
 use super::tune::{refused_without_change, value, version, view};
@@ -453,41 +453,13 @@ pub fn traced_dstar_flow(
     (ev, flows)
 }
 
-/// One D* flow as the socket and iperf3 saw it: the socket used dstar all
-/// along and the flow got at least `min_share` of `rate` (bit/s).
-pub fn check_dstar_flow(flow: &FlowResult, seen: &[String], rate: f64, min_share: f64) {
-    println!(
-        "dstar: {:.1} Mbit/s of {:.1} ({:.0} %), {} retransmits, mean RTT {:.1} ms, ss saw {seen:?}",
-        mbit(flow.goodput_bps),
-        mbit(rate),
-        100.0 * flow.goodput_bps / rate,
-        flow.retransmits,
-        flow.mean_rtt_us.unwrap_or(0) as f64 / 1000.0
-    );
-    assert_eq!(flow.sender_cc.as_deref(), Some("dstar"));
-    assert!(
-        !seen.is_empty() && seen.iter().all(|c| c == "dstar"),
-        "ss saw {seen:?}"
-    );
-    assert!(
-        flow.goodput_bps >= min_share * rate,
-        "goodput {:.1} Mbit/s is below {:.0} % of {:.1} Mbit/s",
-        mbit(flow.goodput_bps),
-        100.0 * min_share,
-        mbit(rate)
-    );
-}
-
 /// `ccctl load dstar` carries a flow: iperf3 ran dstar, `ss -ti` names it
 /// on the socket, goodput at least `min_share` of the link.
 pub fn dstar_carries_a_flow(cfg: TestbedConfig, secs: u64, min_share: f64) {
     let _clean = Clean::new();
     let rate = cfg.rate_bps as f64;
-    ccctl(&["load", "dstar"]).ok();
-    let tb = testbed(cfg);
-    let (flow, seen) = flow_with_ss(&tb, "dstar", secs);
-    check_dstar_flow(&flow, &seen, rate, min_share);
-    let _ = tb.destroy();
+    let (flow, seen) = loaded_flow("dstar", "dstar", cfg, secs);
+    assert_carries("dstar", rate, &flow, &seen, min_share);
 }
 
 /// Fig. 1 read back from a traced flow at the paper's defaults: the mode

@@ -28,6 +28,63 @@ pub fn flow_with_ss(tb: &Testbed, cc: &str, secs: u64) -> (FlowResult, Vec<Strin
     (flow, seen)
 }
 
+/// `ccctl load <algo>` (ccctl's name, e.g. `modest-bbr`), then one flow of
+/// `cc` (the kernel's name, e.g. `modest_bbr`) on sender 0 of a testbed
+/// built from `cfg`, inet_diag sampling its socket (see [`flow_with_ss`]).
+pub fn loaded_flow(
+    algo: &str,
+    cc: &str,
+    cfg: TestbedConfig,
+    secs: u64,
+) -> (FlowResult, Vec<String>) {
+    super::ccctl(&["load", algo]).ok();
+    assert!(
+        super::registered(cc),
+        "{cc} is not in the kernel's list after `ccctl load {algo}`"
+    );
+    let tb = testbed(cfg);
+    let out = flow_with_ss(&tb, cc, secs);
+    let _ = tb.destroy();
+    out
+}
+
+/// The flow ran `cc` (iperf3 and the socket agree) at `min_share` of
+/// `rate` (bit/s) or more.
+pub fn assert_carries(cc: &str, rate: f64, flow: &FlowResult, seen: &[String], min_share: f64) {
+    println!(
+        "{cc}: {:.1} Mbit/s of {:.1} ({:.0} %), {} retransmits, mean RTT {:.1} ms, the socket named {seen:?}",
+        mbit(flow.goodput_bps),
+        mbit(rate),
+        100.0 * flow.goodput_bps / rate,
+        flow.retransmits,
+        flow.mean_rtt_us.unwrap_or(0) as f64 / 1000.0
+    );
+    assert_eq!(
+        flow.sender_cc.as_deref(),
+        Some(cc),
+        "iperf3 did not run {cc}"
+    );
+    assert!(!seen.is_empty(), "inet_diag never saw the data socket");
+    // iperf3 may set TCP_CONGESTION on its data socket just after the
+    // sampler first lists it: the default may come first, then only `cc`.
+    let after_first: &[String] = if seen.first().is_some_and(|c| c != cc) {
+        &seen[1..]
+    } else {
+        seen
+    };
+    assert!(
+        !after_first.is_empty() && after_first.iter().all(|c| c == cc),
+        "the socket named {seen:?}"
+    );
+    assert!(
+        flow.goodput_bps >= min_share * rate,
+        "goodput {:.1} Mbit/s is below {:.0} % of {:.1} Mbit/s",
+        mbit(flow.goodput_bps),
+        100.0 * min_share,
+        mbit(rate)
+    );
+}
+
 pub fn mbit(bps: f64) -> f64 {
     bps / 1e6
 }

@@ -6,7 +6,7 @@ use std::{
 };
 
 use ccctl_lab::{
-    iperf::{self, FlowResult, FlowSpec},
+    iperf::{self, FlowSpec},
     sockdiag::DiagSocket,
     testbed::{buffer_bdp, Role, Testbed, TestbedConfig},
 };
@@ -18,56 +18,8 @@ use super::{ccctl, flows::*, Clean};
 pub fn modest_bbr_carries_a_flow(cfg: TestbedConfig, secs: u64, min_share: f64) {
     let _clean = Clean::new();
     let rate = cfg.rate_bps as f64;
-    let (flow, seen) = modest_bbr_flow(cfg, secs);
-    assert_carries(rate, &flow, &seen, min_share);
-}
-
-/// Loads modest-bbr (if it is not loaded) and runs one modest_bbr flow on
-/// sender 0 of a testbed built from `cfg`, ss sampling its socket.
-pub fn modest_bbr_flow(cfg: TestbedConfig, secs: u64) -> (FlowResult, Vec<String>) {
-    ccctl(&["load", "modest-bbr"]).ok();
-    assert!(
-        super::registered("modest_bbr"),
-        "modest_bbr is not in the kernel's list after load"
-    );
-    let tb = testbed(cfg);
-    flow_with_ss(&tb, "modest_bbr", secs)
-}
-
-/// The flow ran modest_bbr (iperf3 and ss agree) at `min_share` of `rate`.
-pub fn assert_carries(rate: f64, flow: &FlowResult, seen: &[String], min_share: f64) {
-    println!(
-        "modest_bbr: {:.1} Mbit/s of {:.0} ({:.0} %), {} retransmits, ss saw {:?}",
-        mbit(flow.goodput_bps),
-        mbit(rate),
-        100.0 * flow.goodput_bps / rate,
-        flow.retransmits,
-        seen
-    );
-    assert_eq!(
-        flow.sender_cc.as_deref(),
-        Some("modest_bbr"),
-        "iperf3 did not run modest_bbr"
-    );
-    assert!(!seen.is_empty(), "ss never saw the data socket");
-    // iperf3 may set TCP_CONGESTION on its data socket just after ss first
-    // lists it: the default (cubic) may come first, then only modest_bbr.
-    let after_first: &[String] = if seen.first().is_some_and(|c| c != "modest_bbr") {
-        &seen[1..]
-    } else {
-        seen
-    };
-    assert!(
-        !after_first.is_empty() && after_first.iter().all(|c| c == "modest_bbr"),
-        "ss saw {seen:?}"
-    );
-    assert!(
-        flow.goodput_bps >= min_share * rate,
-        "goodput {:.1} Mbit/s is below {:.0} % of {:.0} Mbit/s",
-        mbit(flow.goodput_bps),
-        100.0 * min_share,
-        mbit(rate)
-    );
+    let (flow, seen) = loaded_flow("modest-bbr", "modest_bbr", cfg, secs);
+    assert_carries("modest_bbr", rate, &flow, &seen, min_share);
 }
 
 fn median(mut v: Vec<u32>) -> f64 {

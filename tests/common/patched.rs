@@ -8,57 +8,12 @@ use std::{
 };
 
 use ccctl_lab::{
-    iperf::{self, FlowResult, FlowSpec},
+    iperf::{self, FlowSpec},
     testbed::{Gate, Role, Testbed, TestbedConfig},
 };
 use serde_json::Value;
 
 use super::{ccctl, flows::*, registered, snapshot, Clean};
-
-/// Loads patched-bbr (with `load_args`) and runs one patched_bbr flow on
-/// sender 0 of a testbed built from `cfg`.
-pub fn patched_bbr_flow(cfg: TestbedConfig, secs: u64) -> (FlowResult, Vec<String>) {
-    ccctl(&["load", "patched-bbr"]).ok();
-    assert!(
-        registered("patched_bbr"),
-        "patched_bbr is not in the kernel's list after load"
-    );
-    let tb = testbed(cfg);
-    flow_with_ss(&tb, "patched_bbr", secs)
-}
-
-/// The flow ran patched_bbr (iperf3 and the socket agree) at `min_share` of `rate`.
-pub fn assert_carries(rate: f64, flow: &FlowResult, seen: &[String], min_share: f64) {
-    println!(
-        "patched_bbr: {:.1} Mbit/s of {:.0} ({:.0} %), {} retransmits, the socket named {:?}",
-        mbit(flow.goodput_bps),
-        mbit(rate),
-        100.0 * flow.goodput_bps / rate,
-        flow.retransmits,
-        seen
-    );
-    assert_eq!(
-        flow.sender_cc.as_deref(),
-        Some("patched_bbr"),
-        "iperf3 did not run patched_bbr"
-    );
-    let after_first: &[String] = if seen.first().is_some_and(|c| c != "patched_bbr") {
-        &seen[1..]
-    } else {
-        seen
-    };
-    assert!(
-        !after_first.is_empty() && after_first.iter().all(|c| c == "patched_bbr"),
-        "the socket named {seen:?}"
-    );
-    assert!(
-        flow.goodput_bps >= min_share * rate,
-        "goodput {:.1} Mbit/s is below {:.0} % of {:.0} Mbit/s",
-        mbit(flow.goodput_bps),
-        100.0 * min_share,
-        mbit(rate)
-    );
-}
 
 /// One traced ACK of the flow under test.
 #[derive(Debug, Clone)]

@@ -39,7 +39,7 @@ fn errors_are_clear_and_change_nothing() {
 mod flows {
     use ccctl_lab::testbed::{buffer_packets, TestbedConfig};
 
-    use crate::common::{ccctl, flows::*, Clean};
+    use crate::common::{flows::*, Clean};
 
     const RATE_BPS: u64 = 50_000_000;
 
@@ -48,30 +48,13 @@ mod flows {
     #[test]
     fn bpf_bbr_fills_a_tbf_bottleneck() {
         let _clean = Clean::new();
-        ccctl(&["load", "bbr"]).ok();
-        let tb = testbed(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
-        let (flow, seen) = flow_with_ss(&tb, "bpf_bbr", 10);
-        println!(
-            "host bpf_bbr: {:.1} Mbit/s of {} ({:.0} %), {} retransmits, ss saw {:?}",
-            mbit(flow.goodput_bps),
-            mbit(RATE_BPS as f64),
-            100.0 * flow.goodput_bps / RATE_BPS as f64,
-            flow.retransmits,
-            seen
+        let (flow, seen) = loaded_flow(
+            "bbr",
+            "bpf_bbr",
+            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+            10,
         );
-        assert_eq!(
-            flow.sender_cc.as_deref(),
-            Some("bpf_bbr"),
-            "iperf3 did not run bpf_bbr"
-        );
-        assert!(!seen.is_empty(), "ss never saw the data socket");
-        assert!(seen.iter().all(|c| c == "bpf_bbr"), "ss saw {seen:?}");
-        assert!(
-            flow.goodput_bps >= 0.85 * RATE_BPS as f64,
-            "goodput {:.1} Mbit/s is below 85 % of {} Mbit/s",
-            mbit(flow.goodput_bps),
-            mbit(RATE_BPS as f64)
-        );
+        assert_carries("bpf_bbr", RATE_BPS as f64, &flow, &seen, 0.85);
     }
 
     /// Unloading while a flow uses bpf_bbr is safe (see `unload_mid_flow`).
@@ -118,11 +101,13 @@ mod flows {
     #[test]
     fn patched_bbr_carries_a_flow() {
         let _clean = Clean::new();
-        let (flow, seen) = crate::common::patched::patched_bbr_flow(
+        let (flow, seen) = loaded_flow(
+            "patched-bbr",
+            "patched_bbr",
             TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
             10,
         );
-        crate::common::patched::assert_carries(RATE_BPS as f64, &flow, &seen, 0.85);
+        assert_carries("patched_bbr", RATE_BPS as f64, &flow, &seen, 0.85);
     }
 
     /// Pseudocode 2 read back from patched_bbr's trace (see the function).

@@ -677,10 +677,11 @@ mod modest {
         // the testbed carries is "carries"; a flow pinned by a stale search
         // window (the defect fixed in modest_bbr.bpf.c) got 40 %.
         let (rate, flow, seen) = measure_on_a_healthy_link("modest_bbr flow", |rate| {
-            let (flow, seen) = modest::modest_bbr_flow(equivalence_link(rate, 1), 20);
+            let (flow, seen) =
+                loaded_flow("modest-bbr", "modest_bbr", equivalence_link(rate, 1), 20);
             Ok((rate, flow, seen))
         });
-        modest::assert_carries(rate as f64, &flow, &seen, 0.5);
+        assert_carries("modest_bbr", rate as f64, &flow, &seen, 0.5);
     }
 
     /// Sec. III-B's Proportion <= W_max, from the trace: W_max 0.8 (W_min
@@ -732,10 +733,11 @@ mod patched {
         require_vm();
         let _clean = Clean::new();
         let (rate, flow, seen) = measure_on_a_healthy_link("patched_bbr flow", |rate| {
-            let (flow, seen) = patched::patched_bbr_flow(equivalence_link(rate, 1), 20);
+            let (flow, seen) =
+                loaded_flow("patched-bbr", "patched_bbr", equivalence_link(rate, 1), 20);
             Ok((rate, flow, seen))
         });
-        patched::assert_carries(rate as f64, &flow, &seen, 0.5);
+        assert_carries("patched_bbr", rate as f64, &flow, &seen, 0.5);
     }
 
     /// The gate of the lab keeps time (On 20 / Off 60 ms on 10 Mbit/s, 40 ms):
@@ -875,15 +877,11 @@ mod dstar {
         require_vm();
         let _clean = Clean::new();
         let (rate, flow, seen) = measure_on_a_healthy_link("dstar flow", |rate| {
-            ccctl(&["load", "dstar"]).ok();
-            let tb = testbed(
-                TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500)).with_rtts(&[RTT]),
-            );
-            let (flow, seen) = flow_with_ss(&tb, "dstar", 15);
-            let _ = tb.destroy();
+            let cfg = TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500)).with_rtts(&[RTT]);
+            let (flow, seen) = loaded_flow("dstar", "dstar", cfg, 15);
             Ok((rate, flow, seen))
         });
-        dstar::check_dstar_flow(&flow, &seen, rate as f64, 0.5);
+        assert_carries("dstar", rate as f64, &flow, &seen, 0.5);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use ccctl_lab::iperf::{self, FlowSpec};
 use ccctl_lab::testbed::TestbedConfig;
 
 use super::flows::testbed;
-use super::lab::{f64s, read_parquet, strs, wait_for};
-use super::tracing::{interrupt, pyarrow_read, spawn_trace, trace_cfg_enabled, u64s};
+use super::lab::{f64s, strs};
+use super::tracing::{u64s, FlowTrace};
 use super::{ccctl, Clean};
 
 /// FNV-1a (32 bit) over a set's native-endian u32 words in memory order,
@@ -130,13 +130,7 @@ pub fn parameter_sets_change_atomically(cfg: TestbedConfig, secs: u64) {
     let dir = super::tempdir("params-atomic");
     let out = dir.join("atomic.parquet");
     let tb = testbed(cfg);
-    let port = tb.alloc_port();
-    let tracer = spawn_trace(&["--algo", "modest-bbr", "--port", &port.to_string()], &out);
-    wait_for(
-        "tracing to be switched on",
-        Duration::from_secs(30),
-        trace_cfg_enabled,
-    );
+    let trace = FlowTrace::start(&tb, "modest-bbr", &out);
 
     let stop = Arc::new(AtomicBool::new(false));
     let last = Arc::new(AtomicU32::new(1));
@@ -154,22 +148,14 @@ pub fn parameter_sets_change_atomically(cfg: TestbedConfig, secs: u64) {
     };
     let flows = iperf::spawn_flows(
         &tb,
-        &[FlowSpec::new(0, "modest_bbr", Duration::from_secs(secs)).port(port)],
+        &[FlowSpec::new(0, "modest_bbr", Duration::from_secs(secs)).port(trace.port)],
     )
     .expect("flow")
     .wait()
     .expect("the flow finishes");
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("the writer");
-    let (code, stderr) = interrupt(tracer);
-    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
-    let (_, meta) = pyarrow_read(&out);
-    assert_eq!(
-        meta["ccctl.events_dropped"], "0",
-        "the check needs every event"
-    );
-
-    let df = read_parquet(&out);
+    let df = trace.finish();
     let data_port = flows[0].local_port.expect("local port") as u64;
     let sport = u64s(&df, "sport");
     let rows: Vec<usize> = (0..df.height())

@@ -14,8 +14,8 @@ use ccctl_lab::iperf::{self, FlowResult, FlowSpec};
 use ccctl_lab::testbed::TestbedConfig;
 
 use super::flows::{assert_carries, loaded_flow, mbit, testbed};
-use super::lab::{f64s, read_parquet, strs, wait_for};
-use super::tracing::{interrupt, pyarrow_read, spawn_trace, trace_cfg_enabled, u64s};
+use super::lab::{f64s, strs};
+use super::tracing::{u64s, FlowTrace};
 use super::tune::{refused_without_change, value, version, view};
 use super::{ccctl, tempdir, Clean};
 
@@ -374,26 +374,13 @@ pub fn traced_dstar_flow(
     let dir = tempdir(&format!("dstar-{tag}"));
     let out = dir.join("dstar.parquet");
     let tb = testbed(cfg);
-    let port = tb.alloc_port();
-    let tracer = spawn_trace(&["--algo", "dstar", "--port", &port.to_string()], &out);
-    wait_for(
-        "tracing to be switched on",
-        Duration::from_secs(30),
-        trace_cfg_enabled,
-    );
-    let mut specs = vec![FlowSpec::new(0, "dstar", Duration::from_secs(secs)).port(port)];
+    let trace = FlowTrace::start(&tb, "dstar", &out);
+    let mut specs = vec![FlowSpec::new(0, "dstar", Duration::from_secs(secs)).port(trace.port)];
     for (n, cc) in others.iter().enumerate() {
         specs.push(FlowSpec::new(n + 1, cc, Duration::from_secs(secs)));
     }
     let flows = iperf::run_flows(&tb, &specs).expect("flows");
-    let (code, stderr) = interrupt(tracer);
-    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
-    let (_, meta) = pyarrow_read(&out);
-    assert_eq!(
-        meta["ccctl.events_dropped"], "0",
-        "the check needs every event"
-    );
-    let df = read_parquet(&out);
+    let df = trace.finish();
     let data_port = flows[0].local_port.expect("local port") as u64;
     let col = |n: &str| u64s(&df, n);
     let (sport, ts, cwnd, ca, delivered, lost, retrans, srtt, kmin) = (

@@ -384,25 +384,19 @@ fn check_search(
 /// stays within the searched window and the pacing gain within the
 /// searched proportion (eq. 1).
 pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: u64) {
-    use super::lab::{f64s, read_parquet, strs, wait_for};
-    use super::tracing::{interrupt, spawn_trace, trace_cfg_enabled, u64s};
+    use super::lab::{f64s, strs};
+    use super::tracing::{u64s, FlowTrace};
 
     let _clean = Clean::new();
     ccctl(&["load", "modest-bbr", "--wmin", "0.6"]).ok();
     let dir = super::tempdir("modest-search");
     let out = dir.join("modest.parquet");
     let tb = testbed(cfg);
-    let port = tb.alloc_port();
-    let tracer = spawn_trace(&["--algo", "modest-bbr", "--port", &port.to_string()], &out);
-    wait_for(
-        "tracing to be switched on",
-        Duration::from_secs(30),
-        trace_cfg_enabled,
-    );
+    let trace = FlowTrace::start(&tb, "modest-bbr", &out);
     let running = iperf::spawn_flows(
         &tb,
         &[
-            FlowSpec::new(0, "modest_bbr", Duration::from_secs(secs)).port(port),
+            FlowSpec::new(0, "modest_bbr", Duration::from_secs(secs)).port(trace.port),
             FlowSpec::new(1, "cubic", Duration::from_secs(secs)),
         ],
     )
@@ -410,15 +404,7 @@ pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: 
     std::thread::sleep(Duration::from_secs(secs / 2));
     ccctl(&["tune", "modest-bbr", "--wmin", "0.5"]).ok();
     let flows = running.wait().expect("the flow finishes");
-    let (code, stderr) = interrupt(tracer);
-    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
-    let (_, meta) = super::tracing::pyarrow_read(&out);
-    assert_eq!(
-        meta["ccctl.events_dropped"], "0",
-        "the check needs every event"
-    );
-
-    let df = read_parquet(&out);
+    let df = trace.finish();
     let data_port = flows[0].local_port.expect("local port") as u64;
     let sport = u64s(&df, "sport");
     let (ts, cwnd, ca_state, version) = (

@@ -6,8 +6,8 @@ use ccctl_lab::iperf::{self, FlowSpec};
 use ccctl_lab::testbed::TestbedConfig;
 
 use super::flows::testbed;
-use super::lab::{f64s, read_parquet, strs, wait_for};
-use super::tracing::{interrupt, pyarrow_read, spawn_trace, trace_cfg_enabled, u64s};
+use super::lab::{f64s, strs};
+use super::tracing::{u64s, FlowTrace};
 use super::{ccctl, Clean};
 
 /// W_max 0.8 as the map holds it: round(0.8 x 1024).
@@ -34,32 +34,18 @@ pub fn w_max_bounds_the_search(cfg: TestbedConfig, secs: u64) {
     let dir = super::tempdir("modest-wmax");
     let out = dir.join("wmax.parquet");
     let tb = testbed(cfg);
-    let port = tb.alloc_port();
-    let tracer = spawn_trace(&["--algo", "modest-bbr", "--port", &port.to_string()], &out);
-    wait_for(
-        "tracing to be switched on",
-        Duration::from_secs(30),
-        trace_cfg_enabled,
-    );
+    let trace = FlowTrace::start(&tb, "modest-bbr", &out);
     let flows = iperf::spawn_flows(
         &tb,
         &[
-            FlowSpec::new(0, "modest_bbr", Duration::from_secs(secs)).port(port),
+            FlowSpec::new(0, "modest_bbr", Duration::from_secs(secs)).port(trace.port),
             FlowSpec::new(1, "cubic", Duration::from_secs(secs)),
         ],
     )
     .expect("flows")
     .wait()
     .expect("the flows finish");
-    let (code, stderr) = interrupt(tracer);
-    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
-    let (_, meta) = pyarrow_read(&out);
-    assert_eq!(
-        meta["ccctl.events_dropped"], "0",
-        "the check needs every event"
-    );
-
-    let df = read_parquet(&out);
+    let df = trace.finish();
     let data_port = flows[0].local_port.expect("local port") as u64;
     let sport = u64s(&df, "sport");
     let (cwnd, ca_state) = (u64s(&df, "cwnd"), u64s(&df, "ca_state"));

@@ -99,39 +99,22 @@ pub fn pseudocode2_from_trace(
     load_args: &[&str],
     rule: Rule,
 ) -> Pseudocode2 {
-    use super::lab::{f64s, read_parquet, strs, wait_for};
-    use super::tracing::{interrupt, spawn_trace, trace_cfg_enabled, u64s};
+    use super::lab::{f64s, strs};
+    use super::tracing::{u64s, FlowTrace};
 
     let mut load = vec!["load", "patched-bbr"];
     load.extend_from_slice(load_args);
     ccctl(&load).ok();
     let dir = super::tempdir("patched-pseudocode2");
     let out = dir.join("patched.parquet");
-    let port = tb.alloc_port();
-    let tracer = spawn_trace(
-        &["--algo", "patched-bbr", "--port", &port.to_string()],
-        &out,
-    );
-    wait_for(
-        "tracing to be switched on",
-        Duration::from_secs(30),
-        trace_cfg_enabled,
-    );
+    let trace = FlowTrace::start(tb, "patched-bbr", &out);
     let running = iperf::spawn_flows(
         tb,
-        &[FlowSpec::new(0, "patched_bbr", Duration::from_secs(secs)).port(port)],
+        &[FlowSpec::new(0, "patched_bbr", Duration::from_secs(secs)).port(trace.port)],
     )
     .expect("flow");
     let flows = running.wait().expect("the flow finishes");
-    let (code, stderr) = interrupt(tracer);
-    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
-    let (_, meta) = super::tracing::pyarrow_read(&out);
-    assert_eq!(
-        meta["ccctl.events_dropped"], "0",
-        "the check needs every event"
-    );
-
-    let df = read_parquet(&out);
+    let df = trace.finish();
     let data_port = flows[0].local_port.expect("local port") as u64;
     let sport = u64s(&df, "sport");
     let ts = u64s(&df, "ts_ns");

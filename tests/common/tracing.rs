@@ -44,6 +44,45 @@ pub fn interrupt(child: Spawned) -> (i32, String) {
     )
 }
 
+/// `ccctl trace --algo <algo> --port <port>` of the flow on a port of `tb`
+/// it allocates, switched on before the flow starts; [`FlowTrace::finish`]
+/// stops it and reads every event back (the checks need all of them).
+pub struct FlowTrace {
+    tracer: Spawned,
+    out: PathBuf,
+    pub port: u16,
+}
+
+impl FlowTrace {
+    pub fn start(tb: &Testbed, algo: &str, out: &Path) -> Self {
+        let port = tb.alloc_port();
+        let tracer = spawn_trace(&["--algo", algo, "--port", &port.to_string()], out);
+        wait_for(
+            "tracing to be switched on",
+            Duration::from_secs(30),
+            trace_cfg_enabled,
+        );
+        FlowTrace {
+            tracer,
+            out: out.to_path_buf(),
+            port,
+        }
+    }
+
+    /// SIGINT to the tracer (it must exit 0), then its file: no event
+    /// dropped (per its metadata, read by pyarrow), all rows as a frame.
+    pub fn finish(self) -> DataFrame {
+        let (code, stderr) = interrupt(self.tracer);
+        assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
+        let (_, meta) = pyarrow_read(&self.out);
+        assert_eq!(
+            meta["ccctl.events_dropped"], "0",
+            "the check needs every event"
+        );
+        read_parquet(&self.out)
+    }
+}
+
 pub fn trace_cfg_enabled() -> bool {
     ccctl_core::trace::SharedMaps::open()
         .and_then(|m| m.read_cfg())

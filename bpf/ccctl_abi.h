@@ -336,7 +336,8 @@ struct ccctl_event {
 	__u32 dstar_sigma;    /* packets: |bdp - last_bdp| */
 	__u32 dstar_min_rtt_us; /* D*'s own min RTT (Fig. 1), not the kernel's */
 	__u32 dstar_rtt_us;   /* the latest RTT sample, Fig. 1's mode timer unit */
-	__u32 pad4;
+	__u32 dstar_clock_lag_us; /* ts_ns - tp->tcp_mstamp, us: how long after the time Fig. 1's
+				   * timers read on this ACK (its arrival) the event was taken */
 	__u64 dstar_delivery_rate;   /* bytes/s: eq. 1's estimate from the last GAIN 2 */
 	__u64 dstar_min_rtt_stamp_ns;/* when dstar_min_rtt_us was last refreshed, ts_ns's clock */
 };

@@ -357,6 +357,19 @@ static void dstar_cycle(struct sock *sk, struct dstar *ds, const struct dstar_pa
 
 /* ---- per-ACK trace ---------------------------------------------------------- */
 
+/* How long after the ACK's own time (tp->tcp_mstamp, what every timer of
+ * Fig. 1 reads) its event is taken, us: a reader judging mode lengths from
+ * ts_ns subtracts it to see the clock D* decided with (an emulated CPU can
+ * stall between the two). 0 if the clocks disagree the other way round. */
+static __always_inline u32 dstar_clock_lag_us(u64 event_ns, u64 mstamp_us)
+{
+	u64 event_us = event_ns / NSEC_PER_USEC;
+
+	if (event_us <= mstamp_us)
+		return 0;
+	return event_us - mstamp_us > (u32)~0U ? (u32)~0U : event_us - mstamp_us;
+}
+
 static __always_inline void dstar_trace(struct sock *sk, const struct rate_sample *rs,
 					const struct dstar *ds, const struct ccctl_params *params)
 {
@@ -375,6 +388,7 @@ static __always_inline void dstar_trace(struct sock *sk, const struct rate_sampl
 	e->dstar_rtt_us = ds->rtt_us;
 	e->dstar_delivery_rate = ds->delivery_rate;
 	e->dstar_min_rtt_stamp_ns = ds->min_rtt_stamp_us * NSEC_PER_USEC;
+	e->dstar_clock_lag_us = dstar_clock_lag_us(e->ts_ns, tcp_sk(sk)->tcp_mstamp);
 	ccctl_trace_commit(e);
 }
 

@@ -40,6 +40,7 @@
 //! | `dstar_delivery_rate_bps` | u64 | bit/s: eq. 1's estimate from the last GAIN 2 (TCP D*) |
 //! | `dstar_min_rtt_us`, `dstar_rtt_us` | u32 | D*'s own min RTT and the latest RTT sample, Fig. 1's timer unit (TCP D*) |
 //! | `dstar_min_rtt_stamp_ns` | u64 | when `dstar_min_rtt_us` was last refreshed, the clock of `ts_ns` (TCP D*) |
+//! | `dstar_clock_lag_us` | u32 | `ts_ns` minus the ACK's own time that Fig. 1's timers read, us (TCP D*) |
 //!
 //! The columns from `bbr_mode` on belong to one algorithm or family (in
 //! parentheses): on the rows of any other algorithm they are null (empty in
@@ -138,7 +139,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 50] = [
+pub const COLUMNS: [&str; 51] = [
     "ts_ns",
     "flow_id",
     "saddr",
@@ -189,6 +190,7 @@ pub const COLUMNS: [&str; 50] = [
     "dstar_min_rtt_us",
     "dstar_rtt_us",
     "dstar_min_rtt_stamp_ns",
+    "dstar_clock_lag_us",
 ];
 
 enum Msg {
@@ -581,6 +583,7 @@ struct Columns {
     dstar_min_rtt: Vec<u32>,
     dstar_rtt: Vec<u32>,
     dstar_min_rtt_stamp: Vec<u64>,
+    dstar_clock_lag: Vec<u32>,
     /// Per row: does its algorithm have the BBR family's, Modest BBR's,
     /// patched BBR's, TCP D*'s columns? (null where not)
     has_bbr: Vec<bool>,
@@ -645,6 +648,7 @@ impl Columns {
             dstar_min_rtt: v(n),
             dstar_rtt: v(n),
             dstar_min_rtt_stamp: v(n),
+            dstar_clock_lag: v(n),
             has_bbr: v(n),
             has_modest: v(n),
             has_theta: v(n),
@@ -714,6 +718,7 @@ impl Columns {
         self.dstar_min_rtt.push(e.dstar_min_rtt_us);
         self.dstar_rtt.push(e.dstar_rtt_us);
         self.dstar_min_rtt_stamp.push(e.dstar_min_rtt_stamp_ns);
+        self.dstar_clock_lag.push(e.dstar_clock_lag_us);
         self.has_bbr.push(event::has_bbr_state(e.algo));
         self.has_modest.push(event::has_modest_state(e.algo));
         self.has_theta.push(event::has_theta(e.algo));
@@ -842,6 +847,12 @@ impl Columns {
                 self.dstar_min_rtt_stamp,
                 dstar
             ),
+            valid!(
+                UInt32Chunked,
+                "dstar_clock_lag_us",
+                self.dstar_clock_lag,
+                dstar
+            ),
         ];
         debug_assert!(columns.iter().map(|c| c.name().as_str()).eq(COLUMNS));
         Ok(DataFrame::new(n, columns)?)
@@ -883,7 +894,7 @@ impl CsvSink {
         let ds = event::has_dstar_state(e.algo);
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             e.ts_ns,
             e.flow_id,
             event::addr_string(e.family, e.saddr),
@@ -934,6 +945,7 @@ impl CsvSink {
             opt(ds, e.dstar_min_rtt_us),
             opt(ds, e.dstar_rtt_us),
             opt(ds, e.dstar_min_rtt_stamp_ns),
+            opt(ds, e.dstar_clock_lag_us),
         )
     }
 }

@@ -1290,6 +1290,97 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Hive layout: `host=/date=/hour=` directories from the UTC time the
+    /// file was opened, a `host` column on every row, counters shared.
+    #[test]
+    fn hive_layout_partitions_and_names_the_host() {
+        let dir = std::env::temp_dir().join(format!("ccctl-hive-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let before = ccctl_core::sys::time::now_unix();
+        let mut sink = RotatingParquetSink::with_layout(
+            &dir,
+            "trace",
+            u64::MAX,
+            std::time::Duration::from_secs(3600),
+            Box::new(meta),
+            Box::new(|| 0),
+            Layout::Hive {
+                host: "web-1".into(),
+            },
+        )
+        .expect("sink");
+        let stats = sink.stats.clone();
+        for i in 0..5 {
+            sink.push(&synthetic_event(i)).expect("push");
+        }
+        Box::new(sink).finish(0).expect("finish");
+        let after = ccctl_core::sys::time::now_unix();
+        assert_eq!(stats.events_written.load(Ordering::Relaxed), 5);
+        assert_eq!(stats.files_rotated.load(Ordering::Relaxed), 1);
+        let host_dir = dir.join("host=web-1");
+        let date_dir = std::fs::read_dir(&host_dir)
+            .expect("host=")
+            .next()
+            .expect("date=")
+            .expect("entry")
+            .path();
+        let date = date_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        // The date and hour of the open time, UTC (either side of the call).
+        let expect = |t: u64| {
+            (
+                format!("date={}", &ccctl_core::units::utc(t, "-", "", "", "")[..10]),
+                format!("hour={:02}", t / 3600 % 24),
+            )
+        };
+        let hour_dir = std::fs::read_dir(&date_dir)
+            .expect("hour=")
+            .next()
+            .expect("hour")
+            .expect("entry")
+            .path();
+        let hour = hour_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            (date.clone(), hour.clone()) == expect(before)
+                || (date.clone(), hour.clone()) == expect(after),
+            "{date}/{hour} for {before}..{after}"
+        );
+        let files: Vec<_> = std::fs::read_dir(&hour_dir)
+            .expect("files")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        let name = files[0]
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("trace-") && name.ends_with(".parquet"),
+            "{name}"
+        );
+        let df = ParquetReader::new(File::open(&files[0]).expect("open"))
+            .finish()
+            .expect("read");
+        assert_eq!(df.height(), 5);
+        let host = df.column("host").expect("host column");
+        assert!((0..5).all(|i| host
+            .get(i)
+            .ok()
+            .and_then(|v| v.get_str().map(str::to_string))
+            == Some("web-1".into())));
+        assert_eq!(df.get_column_names().len(), COLUMNS.len() + 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn meta() -> TraceMeta {
         TraceMeta::now(r#"{"algos":[],"port":null}"#.into())
     }

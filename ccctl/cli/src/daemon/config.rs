@@ -331,7 +331,7 @@ mod tests {
             ("[metrics]\nlisten = \"127.0.0.1:0\"", "metrics.listen"),
             ("[metrics]\nlisten = \"127.0.0.1:65536\"", "metrics.listen"),
             ("[metrics]\nlisten = \"300.0.0.1:9560\"", "metrics.listen"),
-            ("[metrics]\nlisten = 9560", "metrics"),
+            ("[metrics]\nlisten = 9560", "line 2"),
             ("[metrics]\nport = 9560", "unknown field `port`"),
         ];
         for (text, needle) in cases {

@@ -330,6 +330,9 @@ fn meta_str(meta: &serde_json::Value, key: &str) -> String {
     }
 }
 
+/// What two shards must agree on, read from a shard.
+type KeyOf = fn(&ShardDir) -> String;
+
 /// Read `dirs`, check they are one complete set of one plan, and return
 /// them with the plan and every planned run's record, in plan order.
 pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>), MergeError> {
@@ -339,7 +342,7 @@ pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>),
         .collect::<Result<_, _>>()?;
     let first = shards.first().ok_or(MergeError::Empty)?;
     // Same scenario, plan, ccctl version and commit, shard count.
-    let keys: [(&'static str, fn(&ShardDir) -> String); 5] = [
+    let keys: [(&'static str, KeyOf); 5] = [
         ("scenarios", |s| meta_str(&s.meta, "scenario")),
         ("plans (plan_digest)", |s| meta_str(&s.meta, "plan_digest")),
         ("ccctl versions", |s| meta_str(&s.meta, "ccctl_version")),

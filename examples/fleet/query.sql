@@ -2,8 +2,9 @@
 -- Hive-partitioned per-ACK traces (examples/fleet/daemon.toml: layout =
 -- "hive") copied into one tree:
 --   traces/host=<host>/date=<YYYY-MM-DD>/hour=<HH>/trace-*.parquet
--- Run:  duckdb -c ".read examples/fleet/query.sql"   (from the tree's parent)
--- or:   python3 -c "import duckdb; print(duckdb.sql(open('query.sql').read()))"
+-- Run it in the directory that holds traces/:
+--   duckdb -c ".read /path/to/examples/fleet/query.sql"
+--   python3 -c "import duckdb; print(duckdb.sql(open('/path/to/query.sql').read()))"
 --
 -- total_retrans is the socket's cumulative count (tcp_sock.total_retrans)
 -- at each traced ACK, so a flow's retransmissions within an hour are its

@@ -340,7 +340,7 @@ async fn answer(mut conn: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<
     let mut parts = line.split(' ');
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
-    if method != "GET" && method != "HEAD" {
+    if method != "GET" {
         return respond(
             &mut conn,
             "405 Method Not Allowed",
@@ -358,11 +358,6 @@ async fn answer(mut conn: tokio::net::TcpStream, shared: Arc<Shared>) -> Result<
         .context("the metrics collector panicked")?;
     match body {
         Ok(body) => {
-            let body = if method == "HEAD" {
-                String::new()
-            } else {
-                body
-            };
             respond(
                 &mut conn,
                 "200 OK",

@@ -13,10 +13,11 @@ use super::lab::{
 };
 use super::{ccctl, tempdir, Clean};
 
-/// Two algorithms (so there are solo and same-cc baselines), no netem (the
-/// host kernel has none): calibration, main, 2 solo, 2 same-cc = 6 runs.
+/// Two algorithms (so there are solo and same-cc baselines), one of them
+/// ours (so runs 1, 3 and 5 have per-ACK traces), no netem (the host kernel
+/// has none): calibration, main, 2 solo, 2 same-cc = 6 runs.
 const SCENARIO: &str = "name = \"shardtest\"\nduration = \"2s\"\nwarmup = \"0.5s\"\n\
-                        flows = \"cubic:1, reno:1\"\n\
+                        flows = \"cubic:1, bpf_bbr:1\"\n\
                         [link]\nrate = \"50mbit\"\nrtt = \"0ms\"\nbuffer = \"100pkt\"\n";
 const WARMUP_S: f64 = 0.5;
 
@@ -187,6 +188,11 @@ pub fn shards_merge_into_the_unsharded_run_and_mismatches_are_refused() {
         files_in(&merged.join("plots")),
         files_in(&whole_dir.join("plots"))
     );
+    // The per-ACK traces, copied from the shards that took them.
+    let traces = files_in(&merged.join("traces"));
+    assert_eq!(traces, files_in(&whole_dir.join("traces")));
+    assert!(traces.contains("run-001.parquet"), "{traces:?}");
+    assert!(read_parquet(&merged.join("traces/run-001.parquet")).height() > 100);
     let meta = metadata(&merged);
     assert_eq!(meta["status"], "complete");
     assert_eq!(meta["planned_runs"], 6);
@@ -214,7 +220,14 @@ pub fn shards_merge_into_the_unsharded_run_and_mismatches_are_refused() {
     let g = check_summary_against_samples(&merged, WARMUP_S);
     println!("merged goodputs recomputed from samples.parquet: {g:?}");
     let table = fs::read_to_string(merged.join("summary.txt")).expect("summary.txt");
-    assert!(table.contains("cubic") && table.contains("reno"), "{table}");
+    assert!(
+        table.contains("cubic") && table.contains("bpf_bbr"),
+        "{table}"
+    );
+    assert!(
+        !super::registered("bpf_bbr"),
+        "the lab unloads what it loaded"
+    );
     let _ = fs::remove_dir_all(&work);
     let _ = fs::remove_dir_all(whole_out);
 }

@@ -77,6 +77,16 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         "[trace]\nout_dir = \"/tmp/ccctl-catalogue-never\"\nrotate_size = \"1kB\"\n",
     )
     .expect("write");
+    fs::write(
+        s("daemon-bad-listen.toml"),
+        "[metrics]\nlisten = \"localhost:9560\"\n",
+    )
+    .expect("write");
+    fs::write(
+        s("daemon-bad-host.toml"),
+        "[trace]\nout_dir = \"/tmp/ccctl-catalogue-never\"\nlayout = \"hive\"\nhost = \"../etc\"\n",
+    )
+    .expect("write");
     fs::write(s("a-file"), "not a directory").expect("write");
 
     ccctl(&["load", "bbr"]).ok();
@@ -382,6 +392,25 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
             &["lab", "run", "--flows", "cubic:1", "--where", "mars"],
             &["--where", "mars"],
         ),
+        bad(
+            &[
+                "lab", "run", "--flows", "cubic:1", "--rate", "20mbit", "--rtt", "0ms", "--shard",
+                "0/3", "--out", &out_dir,
+            ],
+            &["--shard", "0/3", "K must be 1 to 3"],
+        ),
+        bad(
+            &[
+                "lab", "check", "--flows", "cubic:1", "--rate", "20mbit", "--rtt", "0ms",
+                "--shard", "2/x",
+            ],
+            &["--shard", "2/x", "N is not a whole number"],
+        ),
+        bad(
+            &["lab", "merge", &s("a-file"), "--out", &out_dir],
+            &["a-file", "reading metadata.json"],
+        ),
+        bad(&["lab", "merge", "--out", &out_dir], &["<DIRS>"]),
         // daemon
         bad(
             &["daemon", "--config", "/nonexistent/daemon.toml"],
@@ -398,6 +427,14 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         bad(
             &["daemon", "--config", &s("daemon-small-rotation.toml")],
             &["trace.rotate_size", "1 MiB"],
+        ),
+        bad(
+            &["daemon", "--config", &s("daemon-bad-listen.toml")],
+            &["metrics.listen", "localhost:9560", "not a host name"],
+        ),
+        bad(
+            &["daemon", "--config", &s("daemon-bad-host.toml")],
+            &["trace.host", "../etc"],
         ),
         // the rest
         bad(&["completions", "tcsh"], &["tcsh"]),

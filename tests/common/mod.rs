@@ -5,12 +5,14 @@
 pub mod atomic;
 pub mod catalogue;
 pub mod dstar;
+pub mod fleet;
 pub mod flows;
 pub mod lab;
 pub mod lifecycle;
 pub mod modest;
 pub mod modest_wmax;
 pub mod patched;
+pub mod shard;
 pub mod tracing;
 pub mod tune;
 

@@ -516,3 +516,22 @@ mod tune {
         crate::common::patched::patched_bbr_parameters();
     }
 }
+
+/// Issue 16: the daemon as a fleet agent (Prometheus endpoint, Hive-
+/// partitioned traces read by DuckDB) and lab sweeps sharded and merged.
+mod fleet {
+    #[test]
+    fn metrics_endpoint_during_a_traced_flow() {
+        crate::common::fleet::metrics_endpoint_during_a_traced_flow();
+    }
+
+    #[test]
+    fn two_daemons_write_one_partitioned_table() {
+        crate::common::fleet::two_daemons_write_one_partitioned_table();
+    }
+
+    #[test]
+    fn shards_merge_into_the_unsharded_run_and_mismatches_are_refused() {
+        crate::common::shard::shards_merge_into_the_unsharded_run_and_mismatches_are_refused();
+    }
+}

@@ -54,7 +54,8 @@ impl Missing {
         }
         if self.venv {
             println!(
-                "missing: virtme-ng {VIRTME_NG_VERSION} or pyarrow {PYARROW_VERSION} in {VENV}"
+                "missing: virtme-ng {VIRTME_NG_VERSION}, pyarrow {PYARROW_VERSION}, duckdb {DUCKDB_VERSION} \
+                 or prometheus-client {PROMETHEUS_CLIENT_VERSION} in {VENV}"
             );
         }
     }
@@ -95,11 +96,19 @@ fn site_packages() -> Vec<PathBuf> {
 /// Pinned pyarrow: the tests read our Parquet files with a second,
 /// independent reader (polars is the first).
 pub const PYARROW_VERSION: &str = "26.0.1";
+/// Pinned DuckDB: the fleet tests read the daemons' Hive-partitioned trace
+/// tree as one table, and run examples/fleet/query.sql, with it.
+pub const DUCKDB_VERSION: &str = "2.0.0";
+/// Pinned prometheus-client (Python): its OpenMetrics parser checks the
+/// daemon's metrics endpoint in the tests.
+pub const PROMETHEUS_CLIENT_VERSION: &str = "0.26.0";
 
 fn venv_ok() -> bool {
     let dists = [
         format!("virtme_ng-{VIRTME_NG_VERSION}.dist-info"),
         format!("pyarrow-{PYARROW_VERSION}.dist-info"),
+        format!("duckdb-{DUCKDB_VERSION}.dist-info"),
+        format!("prometheus_client-{PROMETHEUS_CLIENT_VERSION}.dist-info"),
     ];
     vng().is_file()
         && dists
@@ -186,12 +195,14 @@ pub fn main(check_only: bool) -> Result<i32> {
                 .context("cannot create the venv's parent directory")?;
             proc::run(Command::new("python3").args(["-m", "venv", VENV]))?;
         }
-        println!("xtask setup: installing virtme-ng=={VIRTME_NG_VERSION} and pyarrow=={PYARROW_VERSION} into {VENV}");
+        println!("xtask setup: installing virtme-ng=={VIRTME_NG_VERSION}, pyarrow=={PYARROW_VERSION}, duckdb=={DUCKDB_VERSION} and prometheus-client=={PROMETHEUS_CLIENT_VERSION} into {VENV}");
         proc::run(
             Command::new(Path::new(VENV).join("bin/pip"))
                 .args(["install", "-q", "--disable-pip-version-check"])
                 .arg(format!("virtme-ng=={VIRTME_NG_VERSION}"))
-                .arg(format!("pyarrow=={PYARROW_VERSION}")),
+                .arg(format!("pyarrow=={PYARROW_VERSION}"))
+                .arg(format!("duckdb=={DUCKDB_VERSION}"))
+                .arg(format!("prometheus-client=={PROMETHEUS_CLIENT_VERSION}")),
         )?;
     }
     if !check()? {

@@ -65,7 +65,8 @@ pub struct CompletionsArgs {
 
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
-    /// Configuration file (see examples/daemon.toml).
+    /// Configuration file (see examples/daemon.toml; a fleet agent with a
+    /// Prometheus endpoint and Hive-partitioned traces: examples/fleet/).
     #[arg(long, default_value = "/etc/ccctl/daemon.toml")]
     pub config: std::path::PathBuf,
     /// Lock file (default /run/ccctl/daemon.lock).

@@ -39,7 +39,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One flow to run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FlowSpec {
     /// Index of the sender host.
     pub sender: usize,
@@ -214,7 +214,7 @@ pub fn parse_report(json: &str) -> Result<Report, serde_json::Error> {
 // Results
 
 /// One reporting interval of a flow (sender side).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Interval {
     pub start: f64,
     pub end: f64,
@@ -226,8 +226,9 @@ pub struct Interval {
     pub omitted: bool,
 }
 
-/// Outcome of one flow.
-#[derive(Debug, Clone)]
+/// Outcome of one flow. Serialized (without the raw iperf3 report) in a
+/// lab shard's `records.json`, which `ccctl lab merge` reads back.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FlowResult {
     pub spec: FlowSpec,
     pub server_port: u16,
@@ -248,6 +249,7 @@ pub struct FlowResult {
     pub mean_rtt_us: Option<u64>,
     pub max_rtt_us: Option<u64>,
     pub intervals: Vec<Interval>,
+    #[serde(skip)]
     pub report: Report,
 }
 

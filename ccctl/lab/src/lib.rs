@@ -19,6 +19,9 @@
 //! none (or `--where vm`), the same command runs inside a virtme-ng VM
 //! booting Debian's 6.1 kernel over the host's filesystem, writing into the
 //! same run directory ([`crate::vm`]).
+//!
+//! Large sweeps: `--shard K/N` runs a deterministic part of the plan and
+//! `ccctl lab merge` joins the parts ([`shard`]).
 pub mod consumer_bench;
 pub mod iperf;
 pub mod metrics;
@@ -41,6 +44,7 @@ pub use ccctl_core::sys::signals as interrupt;
 pub mod output;
 pub mod plan;
 mod progress;
+pub mod shard;
 mod traces;
 
 use std::path::{Path, PathBuf};
@@ -98,6 +102,8 @@ pub struct LabOptions {
     pub where_: Where,
     /// Verbosity to pass on to the VM half.
     pub verbose: u8,
+    /// Run only this part of the plan ([`shard`]).
+    pub shard: Option<shard::Shard>,
 }
 
 pub struct LabOutcome {
@@ -160,11 +166,23 @@ pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
                 .map_err(LabError::io(format!("creating {}", d.display())))?;
             d.clone()
         }
-        None => output::create_run_dir(&opts.out_root, &opts.scenario.name)?,
+        None => match opts.shard {
+            None => output::create_run_dir(&opts.out_root, &opts.scenario.name)?,
+            Some(s) => output::create_run_dir(
+                &opts.out_root,
+                &format!("{}-shard{}of{}", opts.scenario.name, s.index, s.count),
+            )?,
+        },
     };
     match kernel_cc {
         None => run_in_vm(&opts, &run_dir),
-        Some(kernel_cc) => run_here(&opts.scenario, &kernel_cc, &run_dir, where_label()),
+        Some(kernel_cc) => run_here(
+            &opts.scenario,
+            &kernel_cc,
+            &run_dir,
+            where_label(),
+            opts.shard,
+        ),
     }
 }
 
@@ -197,6 +215,9 @@ fn run_in_vm(opts: &LabOptions, run_dir: &Path) -> Result<LabOutcome, LabError> 
         ]
         .map(String::from),
     );
+    if let Some(s) = opts.shard {
+        cmd.extend(["--shard".to_string(), s.to_string()]);
+    }
     let spec = vm::GuestRun {
         rwdirs: vec![run_dir.to_path_buf()],
         cmd,
@@ -225,19 +246,37 @@ fn run_here(
     kernel_cc: &std::collections::BTreeMap<String, String>,
     run_dir: &Path,
     where_: &str,
+    shard: Option<shard::Shard>,
 ) -> Result<LabOutcome, LabError> {
     let plan = plan::plan(sc);
     let mut meta = output::Metadata::new(sc, where_, &plan);
+    let jobs: Vec<plan::Job> = match shard {
+        None => plan.jobs.clone(),
+        Some(s) => {
+            let ids = shard::select(&plan, s);
+            eprintln!(
+                "ccctl lab: shard {s}: {} of the plan's {} runs",
+                ids.len(),
+                plan.jobs.len()
+            );
+            meta.shard = Some(output::ShardMeta {
+                index: s.index,
+                count: s.count,
+                runs: ids.clone(),
+            });
+            ids.iter().map(|&i| plan.jobs[i].clone()).collect()
+        }
+    };
     output::write_scenario(&run_dir.join("scenario.toml"), sc)?;
     meta.write(run_dir)?;
     let loaded = algorithms::Loaded::ensure(sc)?;
     meta.loaded_for_run = loaded.names().iter().map(|s| s.to_string()).collect();
 
     let tracer = traces::LabTracer::new(sc.algorithms(), run_dir);
-    let mut progress = progress::Progress::new(&plan.jobs);
-    let mut records = Vec::with_capacity(plan.jobs.len());
+    let mut progress = progress::Progress::new(&jobs);
+    let mut records = Vec::with_capacity(jobs.len());
     let mut failure = None;
-    for job in &plan.jobs {
+    for job in &jobs {
         progress.start(job);
         let job_trace = tracer.as_ref().and_then(|t| t.start(job));
         let result = exec::run_job(job, kernel_cc);
@@ -259,13 +298,54 @@ fn run_here(
     drop(tracer);
     drop(loaded);
     meta.finish(&records, failure.as_ref());
-    let analysis = analyze::analyze(&plan, &records);
-    meta.calibrations = analysis.calibrations.clone();
+    if let Some(s) = shard {
+        shard::write_records(run_dir, &plan, s, &records)?;
+    }
+    let analysis = write_results(sc, &plan, &mut meta, &records, run_dir)?;
+    eprintln!("ccctl lab: results in {}", run_dir.display());
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(LabOutcome {
+        run_dir: run_dir.to_path_buf(),
+        limited_links: analysis
+            .calibrations
+            .iter()
+            .filter(|c| c.testbed_limited)
+            .count(),
+    })
+}
+
+/// Analysis, metadata, Parquet files, table and plots of `records` (of a
+/// run, a shard, or merged shards) into `run_dir`.
+fn write_results(
+    sc: &Scenario,
+    plan: &plan::Plan,
+    meta: &mut output::Metadata,
+    records: &[exec::JobRecord],
+    run_dir: &Path,
+) -> Result<analyze::Analysis, LabError> {
+    let records = records.to_vec();
+    let analysis = analyze::analyze(plan, &records);
+    // A shard's calibrations: of the links it ran on (others have no record).
+    meta.calibrations = analysis
+        .calibrations
+        .iter()
+        .filter(|c| {
+            meta.shard.is_none()
+                || plan
+                    .baselines
+                    .calibration
+                    .get(&c.link_index)
+                    .is_some_and(|id| records.iter().any(|r| r.job.id == *id))
+        })
+        .cloned()
+        .collect();
     meta.write(run_dir)?;
     // Whatever ran is written even when a later job failed or was interrupted.
     output::write_samples(&run_dir.join("samples.parquet"), &records)?;
     output::write_summary(&run_dir.join("summary.parquet"), &analysis.rows)?;
-    let table = output::summary_table(sc, &plan, &analysis);
+    let table = output::summary_table(sc, plan, &analysis);
     std::fs::write(run_dir.join("summary.txt"), &table)
         .map_err(LabError::io("writing summary.txt"))?;
     print!("{table}");
@@ -281,12 +361,93 @@ fn run_here(
         tracing::warn!(error = %e, "plots incomplete");
         eprintln!("ccctl lab: warning: {e}");
     }
-    eprintln!("ccctl lab: results in {}", run_dir.display());
-    if let Some(e) = failure {
-        return Err(e);
+    Ok(analysis)
+}
+
+/// `ccctl lab merge DIR... --out OUT`: the shards of one plan joined into
+/// the run directory an unsharded run writes (see [`shard`]).
+pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<LabOutcome, shard::MergeError> {
+    if out.exists()
+        && std::fs::read_dir(out)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        return Err(shard::MergeError::OutExists(out.to_path_buf()));
     }
+    let (shards, plan, mut records) = shard::gather(dirs)?;
+    let sc = &shards[0].scenario;
+    std::fs::create_dir_all(out).map_err(LabError::io(format!("creating {}", out.display())))?;
+    // Per-ACK traces: copied beside the merged results, as a run has them.
+    for r in records.iter_mut() {
+        if let Some(src) = r.trace.take() {
+            let Some(name) = src.file_name() else {
+                continue;
+            };
+            let dst = out.join("traces").join(name);
+            std::fs::create_dir_all(out.join("traces"))
+                .map_err(LabError::io(format!("creating {}/traces", out.display())))?;
+            std::fs::copy(&src, &dst).map_err(LabError::io(format!(
+                "copying {} to {}",
+                src.display(),
+                dst.display()
+            )))?;
+            r.trace = Some(dst);
+        }
+    }
+    let joined = |key: &str| -> String {
+        let mut v: Vec<String> = shards
+            .iter()
+            .map(|s| match s.meta.get(key) {
+                Some(serde_json::Value::String(x)) => x.clone(),
+                _ => String::new(),
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v.join(", ")
+    };
+    let mut meta = output::Metadata::new(sc, &joined("ran_on"), &plan);
+    meta.kernel = joined("kernel");
+    meta.iperf3 = joined("iperf3");
+    let nums = |key: &'static str| shards.iter().filter_map(move |s| s.meta.get(key)?.as_f64());
+    meta.started_unix = nums("started_unix").fold(f64::INFINITY, f64::min);
+    let mut loaded: Vec<String> = shards
+        .iter()
+        .filter_map(|s| s.meta.get("loaded_for_run")?.as_array().cloned())
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    loaded.sort();
+    loaded.dedup();
+    meta.loaded_for_run = loaded;
+    meta.shards = shards
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "dir": s.dir.display().to_string(),
+                "index": s.shard.index,
+                "count": s.shard.count,
+                "ran_on": s.meta.get("ran_on"),
+                "kernel": s.meta.get("kernel"),
+                "runs": s.meta.get("shard").and_then(|v| v.get("runs")),
+                "calibrations": s.meta.get("calibrations"),
+                "started_unix": s.meta.get("started_unix"),
+                "finished_unix": s.meta.get("finished_unix"),
+            })
+        })
+        .collect();
+    meta.finish(&records, None);
+    meta.finished_unix = Some(nums("finished_unix").fold(0.0, f64::max));
+    output::write_scenario(&out.join("scenario.toml"), sc)?;
+    let analysis = write_results(sc, &plan, &mut meta, &records, out)?;
+    eprintln!(
+        "ccctl lab: merged {} shards ({} runs) into {}",
+        shards.len(),
+        records.len(),
+        out.display()
+    );
     Ok(LabOutcome {
-        run_dir: run_dir.to_path_buf(),
+        run_dir: out.to_path_buf(),
         limited_links: analysis
             .calibrations
             .iter()

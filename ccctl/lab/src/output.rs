@@ -88,6 +88,15 @@ pub struct RunMeta {
     pub schedules: Vec<Option<ScheduleMeta>>,
 }
 
+/// A shard's place in the plan.
+#[derive(Debug, Serialize)]
+pub struct ShardMeta {
+    pub index: u32,
+    pub count: u32,
+    /// Run ids this shard ran (its calibrations included).
+    pub runs: Vec<usize>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct ScheduleMeta {
     pub on_ms: f64,
@@ -109,6 +118,14 @@ pub struct Metadata {
     pub testbed: String,
     pub calibration_share: f64,
     pub planned_runs: usize,
+    /// FNV-1a 64 of the plan (`ccctl lab merge` joins shards of one plan only).
+    pub plan_digest: String,
+    /// `--shard K/N`: which part of the plan this directory holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardMeta>,
+    /// A merged run: each shard's directory, machine and calibrations.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<serde_json::Value>,
     pub started_unix: f64,
     pub finished_unix: Option<f64>,
     /// `running`, `complete`, `failed: …`, `interrupted: …`.
@@ -173,6 +190,9 @@ impl Metadata {
                 .into(),
             calibration_share: CALIBRATION_SHARE,
             planned_runs: plan.jobs.len(),
+            plan_digest: crate::shard::plan_digest(plan),
+            shard: None,
+            shards: Vec::new(),
             started_unix: ccctl_core::sys::time::now_unix_f64(),
             finished_unix: None,
             status: "running".into(),

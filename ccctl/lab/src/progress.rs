@@ -13,6 +13,8 @@ pub struct Progress {
     total_secs: f64,
     done_secs: f64,
     jobs: usize,
+    /// Ordinal of the run in progress (1-based); a shard's differ from run ids.
+    n: usize,
     started: Instant,
 }
 
@@ -40,6 +42,7 @@ impl Progress {
             total_secs,
             done_secs: 0.0,
             jobs: jobs.len(),
+            n: 0,
             started: Instant::now(),
         }
     }
@@ -63,11 +66,21 @@ impl Progress {
         )
     }
 
+    /// `3/7`, and the plan's run id when it differs (a shard).
+    fn ordinal(&self, job: &Job) -> String {
+        if self.n == job.id + 1 {
+            format!("{}/{}", self.n, self.jobs)
+        } else {
+            format!("{}/{} (plan run {})", self.n, self.jobs, job.id)
+        }
+    }
+
     pub fn start(&mut self, job: &Job) {
-        let msg = format!("run {}/{}: {}", job.id + 1, self.jobs, Self::describe(job));
+        self.n += 1;
+        let msg = format!("run {}: {}", self.ordinal(job), Self::describe(job));
         match &self.bar {
             Some(bar) => {
-                bar.set_prefix(format!("{}/{}", job.id + 1, self.jobs));
+                bar.set_prefix(self.ordinal(job));
                 bar.set_message(Self::describe(job));
             }
             None => eprintln!("ccctl lab: {msg}"),
@@ -93,9 +106,8 @@ impl Progress {
             })
             .unwrap_or_else(|| "failed".into());
         eprintln!(
-            "ccctl lab: run {}/{} done in {:.0} s ({goodputs} Mbit/s); about {} left",
-            job.id + 1,
-            self.jobs,
+            "ccctl lab: run {} done in {:.0} s ({goodputs} Mbit/s); about {} left",
+            self.ordinal(job),
             rec.map(|r| r.wall_secs).unwrap_or(0.0),
             fmt_secs(left)
         );

@@ -268,7 +268,7 @@ pub struct TcpSocket {
 /// The `struct tcp_info` fields the lab uses; see the module docs for
 /// offsets and units. `Option` fields are `None` when the kernel's
 /// `tcp_info` is too short to contain them.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TcpInfo {
     pub ca_state: u8,
     pub retransmits: u8,
@@ -778,7 +778,7 @@ impl DiagSocket {
 
 /// One reading of one socket's `tcp_info`: the lab's record of a socket
 /// over time (a flow's samples, a [`Sampler`]'s).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
     /// Seconds since sampling started.
     pub t: f64,

@@ -65,7 +65,8 @@ use std::{
     io::{BufWriter, Cursor, Write},
     path::{Path, PathBuf},
     rc::Rc,
-    sync::mpsc,
+    sync::atomic::{AtomicU64, Ordering},
+    sync::{mpsc, Arc},
     thread::JoinHandle,
 };
 
@@ -92,8 +93,68 @@ pub enum Output {
         prefix: String,
         max_bytes: u64,
         max_age: std::time::Duration,
+        /// Flat files in `dir`, or a Hive-partitioned tree under it.
+        layout: Layout,
+        /// Counters the daemon's metrics endpoint reads while the files
+        /// are written (shared across trace restarts).
+        stats: Arc<SinkStats>,
     },
 }
+
+/// Where rotating files go under their directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// `<dir>/<prefix>-<unix s>-<n>.parquet`.
+    Flat,
+    /// `<dir>/host=<host>/date=<YYYY-MM-DD>/hour=<HH>/<prefix>-<unix s>-<n>.parquet`
+    /// (UTC, of the file's first row), with a `host` column in the data: a
+    /// fleet's trees copied into one place read as one table (DuckDB
+    /// `read_parquet('<dir>/**/*.parquet', hive_partitioning = true)`,
+    /// polars `scan_parquet(..., hive_partitioning=True)`). A file never
+    /// spans two hours: it is rotated when the UTC hour changes.
+    Hive { host: String },
+}
+
+impl Layout {
+    /// The `host` column's value, if the files carry one.
+    fn host(&self) -> Option<&str> {
+        match self {
+            Layout::Flat => None,
+            Layout::Hive { host } => Some(host),
+        }
+    }
+
+    /// The directory a file opened at `unix_s` goes to.
+    fn dir_for(&self, root: &Path, unix_s: u64) -> PathBuf {
+        match self {
+            Layout::Flat => root.to_path_buf(),
+            Layout::Hive { host } => {
+                let day = ccctl_core::units::utc(unix_s, "-", "", "", "");
+                root.join(format!("host={host}"))
+                    .join(format!("date={}", &day[..10]))
+                    .join(format!("hour={:02}", unix_s / 3600 % 24))
+            }
+        }
+    }
+}
+
+/// What a rotating sink has done so far, for the daemon's metrics.
+#[derive(Debug, Default)]
+pub struct SinkStats {
+    /// Events written into files (closed and current).
+    pub events_written: AtomicU64,
+    /// Files finished and renamed to their `.parquet` name.
+    pub files_rotated: AtomicU64,
+}
+
+impl PartialEq for SinkStats {
+    /// The same counters (not equal values).
+    fn eq(&self, other: &SinkStats) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for SinkStats {}
 
 /// One session: open the shared maps, take the tracing lock, trace into
 /// `output`.
@@ -119,17 +180,22 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
             prefix,
             max_bytes,
             max_age,
+            layout,
+            stats,
         } => {
             let drop_maps = SharedMaps::open_in(maps.dir())?;
             let base = drop_maps.drops().unwrap_or(0);
-            Target::Sink(Box::new(RotatingParquetSink::new(
+            let mut sink = RotatingParquetSink::with_layout(
                 dir,
                 prefix,
                 *max_bytes,
                 *max_age,
                 Box::new(move || TraceMeta::now(filters.clone())),
                 Box::new(move || drop_maps.drops().unwrap_or(base).saturating_sub(base)),
-            )?))
+                layout.clone(),
+            )?;
+            sink.stats = stats.clone();
+            Target::Sink(Box::new(sink))
         }
     };
     ccctl_core::trace::run_with(maps, opts, target)
@@ -208,6 +274,8 @@ enum Msg {
 pub struct ParquetSink {
     cols: Columns,
     kinds: ColumnKinds,
+    /// A constant `host` column after [`COLUMNS`] (Hive layout), if any.
+    host: Option<String>,
     row_group: usize,
     written: u64,
     tx: Option<mpsc::SyncSender<Msg>>,
@@ -222,9 +290,20 @@ impl ParquetSink {
     }
 
     pub fn with_row_group(path: &Path, meta: TraceMeta, row_group: usize) -> Result<ParquetSink> {
+        Self::with_host(path, meta, row_group, None)
+    }
+
+    /// Like [`ParquetSink::with_row_group`], with a constant `host` column
+    /// (string) after the event columns when `host` is given.
+    pub fn with_host(
+        path: &Path,
+        meta: TraceMeta,
+        row_group: usize,
+        host: Option<String>,
+    ) -> Result<ParquetSink> {
         let row_group = row_group.max(1);
         let kinds = ColumnKinds::new()?;
-        let empty = Columns::with_capacity(0).into_frame(&kinds)?;
+        let empty = with_host_column(Columns::with_capacity(0).into_frame(&kinds)?, &host)?;
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let (tx, rx) = mpsc::sync_channel(1);
         let what = path.display().to_string();
@@ -237,6 +316,7 @@ impl ParquetSink {
         Ok(ParquetSink {
             cols: Columns::with_capacity(row_group),
             kinds,
+            host,
             row_group,
             written: 0,
             tx: Some(tx),
@@ -265,7 +345,7 @@ impl ParquetSink {
             return Ok(());
         }
         let full = std::mem::replace(&mut self.cols, Columns::with_capacity(self.row_group));
-        let df = full.into_frame(&self.kinds)?;
+        let df = with_host_column(full.into_frame(&self.kinds)?, &self.host)?;
         self.send(Msg::Batch(df))
     }
 
@@ -322,6 +402,19 @@ impl Drop for ParquetSink {
             }
         }
     }
+}
+
+/// `df` with a constant `host` string column appended, when there is a host.
+fn with_host_column(mut df: DataFrame, host: &Option<String>) -> Result<DataFrame> {
+    if let Some(h) = host {
+        let n = df.height();
+        df.with_column(Column::new_scalar(
+            "host".into(),
+            Scalar::new(DataType::String, AnyValue::StringOwned(h.as_str().into())),
+            n,
+        ))?;
+    }
+    Ok(df)
 }
 
 /// Writes into the file the writer thread shares with polars, so that it
@@ -986,6 +1079,12 @@ impl Sink for CsvSink {
 /// group, or not at all) for a human, never for the collector.
 pub struct RotatingParquetSink {
     dir: std::path::PathBuf,
+    layout: Layout,
+    /// UTC hour (unix s / 3600) the current file was opened in (Hive layout
+    /// rotates when it changes).
+    hour: u64,
+    /// Counters shared with the daemon's metrics endpoint.
+    pub stats: Arc<SinkStats>,
     prefix: String,
     max_bytes: u64,
     max_age: std::time::Duration,
@@ -1013,9 +1112,25 @@ impl RotatingParquetSink {
         meta: Box<dyn Fn() -> TraceMeta + Send>,
         drops: Box<dyn Fn() -> u64 + Send>,
     ) -> Result<RotatingParquetSink> {
+        Self::with_layout(dir, prefix, max_bytes, max_age, meta, drops, Layout::Flat)
+    }
+
+    /// A rotating sink writing its files in `layout` under `dir`.
+    pub fn with_layout(
+        dir: &Path,
+        prefix: &str,
+        max_bytes: u64,
+        max_age: std::time::Duration,
+        meta: Box<dyn Fn() -> TraceMeta + Send>,
+        drops: Box<dyn Fn() -> u64 + Send>,
+        layout: Layout,
+    ) -> Result<RotatingParquetSink> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut s = RotatingParquetSink {
             dir: dir.to_path_buf(),
+            layout,
+            hour: 0,
+            stats: Arc::default(),
             prefix: prefix.to_string(),
             max_bytes,
             max_age,
@@ -1036,11 +1151,17 @@ impl RotatingParquetSink {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let path = self
-            .dir
-            .join(format!("{}-{secs}-{:04}.parquet", self.prefix, self.seq));
+        let dir = self.layout.dir_for(&self.dir, secs);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        self.hour = secs / 3600;
+        let path = dir.join(format!("{}-{secs}-{:04}.parquet", self.prefix, self.seq));
         self.seq += 1;
-        let sink = ParquetSink::create(&partial_path(&path), (self.meta)())?;
+        let sink = ParquetSink::with_host(
+            &partial_path(&path),
+            (self.meta)(),
+            ROW_GROUP,
+            self.layout.host().map(str::to_string),
+        )?;
         self.drops_at_open = (self.drops)();
         self.current = Some((Box::new(sink), path, std::time::Instant::now()));
         Ok(())
@@ -1052,6 +1173,7 @@ impl RotatingParquetSink {
             self.closed_written += sink.finish(dropped)?;
             std::fs::rename(partial_path(&path), &path)
                 .with_context(|| format!("renaming the finished {}", path.display()))?;
+            self.stats.files_rotated.fetch_add(1, Ordering::Relaxed);
             tracing::info!(file = %path.display(), "trace file closed");
             self.files.push(path);
         }
@@ -1063,6 +1185,8 @@ impl RotatingParquetSink {
         let due = match &self.current {
             Some((sink, path, opened)) => {
                 opened.elapsed() >= self.max_age
+                    || (matches!(self.layout, Layout::Hive { .. })
+                        && ccctl_core::sys::time::now_unix() / 3600 != self.hour)
                     || (sink.written() > 0
                         && std::fs::metadata(partial_path(path))
                             .map(|m| m.len())
@@ -1094,6 +1218,7 @@ impl Sink for RotatingParquetSink {
             anyhow::bail!("no current trace file");
         };
         sink.push(ev)?;
+        self.stats.events_written.fetch_add(1, Ordering::Relaxed);
         if sink.written() % ROTATE_CHECK_EVENTS == 0 {
             self.maybe_rotate()?;
         }
@@ -1174,6 +1299,97 @@ pub(crate) mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
             .collect();
         assert!(left.is_empty(), "partial files left after finish");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Hive layout: `host=/date=/hour=` directories from the UTC time the
+    /// file was opened, a `host` column on every row, counters shared.
+    #[test]
+    fn hive_layout_partitions_and_names_the_host() {
+        let dir = std::env::temp_dir().join(format!("ccctl-hive-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let before = ccctl_core::sys::time::now_unix();
+        let mut sink = RotatingParquetSink::with_layout(
+            &dir,
+            "trace",
+            u64::MAX,
+            std::time::Duration::from_secs(3600),
+            Box::new(meta),
+            Box::new(|| 0),
+            Layout::Hive {
+                host: "web-1".into(),
+            },
+        )
+        .expect("sink");
+        let stats = sink.stats.clone();
+        for i in 0..5 {
+            sink.push(&synthetic_event(i)).expect("push");
+        }
+        Box::new(sink).finish(0).expect("finish");
+        let after = ccctl_core::sys::time::now_unix();
+        assert_eq!(stats.events_written.load(Ordering::Relaxed), 5);
+        assert_eq!(stats.files_rotated.load(Ordering::Relaxed), 1);
+        let host_dir = dir.join("host=web-1");
+        let date_dir = std::fs::read_dir(&host_dir)
+            .expect("host=")
+            .next()
+            .expect("date=")
+            .expect("entry")
+            .path();
+        let date = date_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        // The date and hour of the open time, UTC (either side of the call).
+        let expect = |t: u64| {
+            (
+                format!("date={}", &ccctl_core::units::utc(t, "-", "", "", "")[..10]),
+                format!("hour={:02}", t / 3600 % 24),
+            )
+        };
+        let hour_dir = std::fs::read_dir(&date_dir)
+            .expect("hour=")
+            .next()
+            .expect("hour")
+            .expect("entry")
+            .path();
+        let hour = hour_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            (date.clone(), hour.clone()) == expect(before)
+                || (date.clone(), hour.clone()) == expect(after),
+            "{date}/{hour} for {before}..{after}"
+        );
+        let files: Vec<_> = std::fs::read_dir(&hour_dir)
+            .expect("files")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        let name = files[0]
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("trace-") && name.ends_with(".parquet"),
+            "{name}"
+        );
+        let df = ParquetReader::new(File::open(&files[0]).expect("open"))
+            .finish()
+            .expect("read");
+        assert_eq!(df.height(), 5);
+        let host = df.column("host").expect("host column");
+        assert!((0..5).all(|i| host
+            .get(i)
+            .ok()
+            .and_then(|v| v.get_str().map(str::to_string))
+            == Some("web-1".into())));
+        assert_eq!(df.get_column_names().len(), COLUMNS.len() + 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,5 +1,6 @@
-//! `ccctl lab run|check`: a scenario file, command-line overrides, or a
-//! one-off from flags alone.
+//! `ccctl lab run|check|merge`: a scenario file, command-line overrides, or a
+//! one-off from flags alone; `--shard K/N` and `merge` split a sweep over a
+//! batch engine (Slurm job arrays, Kubernetes Indexed Jobs; see examples/).
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -14,7 +15,34 @@ pub enum LabCommand {
     /// Run a scenario (a TOML file, flags, or both: flags override the file).
     Run(RunArgs),
     /// Validate a scenario and print its runs, without running anything.
-    Check(ScenarioArgs),
+    Check(CheckArgs),
+    /// Join the run directories of `lab run --shard K/N` (all N of one
+    /// plan) into one run directory: the files, table and plots of an
+    /// unsharded run, every metric recomputed from the merged records.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub scenario: ScenarioArgs,
+    /// Print only the runs of shard K of N (see `lab run --shard`).
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<lab::shard::Shard>,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Shard run directories (each made by `lab run --shard K/N`).
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// The merged run directory (new or empty).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+fn parse_shard(s: &str) -> Result<lab::shard::Shard, String> {
+    lab::shard::Shard::parse(s)
 }
 
 #[derive(Debug, Args)]
@@ -69,6 +97,11 @@ pub struct RunArgs {
     /// Exact run directory (used by the VM half of a run).
     #[arg(long, hide = true)]
     pub run_dir: Option<PathBuf>,
+    /// Run only part K of N of the plan (K from 1): its share of the main
+    /// and baseline runs plus the calibration of their links; writes
+    /// <out>/<name>-shardKofN-<UTC time>/ for `ccctl lab merge`.
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    pub shard: Option<lab::shard::Shard>,
 }
 
 impl ScenarioArgs {
@@ -149,6 +182,17 @@ impl ScenarioArgs {
 pub fn run(cmd: LabCommand, verbose: u8) -> Result<()> {
     match cmd {
         LabCommand::Check(args) => check(args),
+        LabCommand::Merge(args) => {
+            let outcome = lab::merge(&args.dirs, &args.out)?;
+            if outcome.limited_links > 0 {
+                eprintln!(
+                    "ccctl lab: warning: {} link setting(s) were testbed-limited on a shard (reference Cubic below 85 % of the rate); \
+                     see summary.txt",
+                    outcome.limited_links
+                );
+            }
+            Ok(())
+        }
         LabCommand::Run(args) => {
             let scenario = args.scenario.scenario()?;
             let outcome = lab::run(LabOptions {
@@ -157,6 +201,7 @@ pub fn run(cmd: LabCommand, verbose: u8) -> Result<()> {
                 run_dir: args.run_dir,
                 where_: args.where_,
                 verbose,
+                shard: args.shard,
             })?;
             if outcome.limited_links > 0 {
                 eprintln!(
@@ -170,20 +215,30 @@ pub fn run(cmd: LabCommand, verbose: u8) -> Result<()> {
     }
 }
 
-fn check(args: ScenarioArgs) -> Result<()> {
-    let sc = args.scenario()?;
+fn check(args: CheckArgs) -> Result<()> {
+    let sc = args.scenario.scenario()?;
     // Names no kernel (here or in the test VM) nor ccctl could provide are
     // refused here, as `lab run` would refuse them.
     lab::algorithms::precheck(&sc)?;
     let plan = lab::plan::plan(&sc);
-    let secs: f64 = plan.jobs.iter().map(|j| j.expected_secs()).sum();
+    let jobs: Vec<&lab::plan::Job> = match args.shard {
+        None => plan.jobs.iter().collect(),
+        Some(s) => lab::shard::select(&plan, s)
+            .into_iter()
+            .map(|i| &plan.jobs[i])
+            .collect(),
+    };
+    let secs: f64 = jobs.iter().map(|j| j.expected_secs()).sum();
     println!(
-        "scenario `{}` is valid: {} runs, about {:.0} s of testbed time",
+        "scenario `{}` is valid: {} runs, about {:.0} s of testbed time{}",
         sc.name,
-        plan.jobs.len(),
-        secs
+        jobs.len(),
+        secs,
+        args.shard
+            .map(|s| format!(" (shard {s} of a plan of {} runs)", plan.jobs.len()))
+            .unwrap_or_default()
     );
-    for j in &plan.jobs {
+    for j in jobs {
         let flows: Vec<String> = j
             .flows
             .iter()

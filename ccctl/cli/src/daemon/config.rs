@@ -23,6 +23,11 @@
 //! per_rtt = false             # at most one event per round trip
 //! rotate_size = "256MB"       # start a new file after this many bytes ...
 //! rotate_time = "1h"          # ... or this long, whichever comes first
+//! layout = "flat"             # or "hive": host=<h>/date=<d>/hour=<HH>/*.parquet
+//! host = "web-1"              # hive: the host name (default: this machine's)
+//!
+//! [metrics]                   # optional: Prometheus text endpoint, off by default
+//! listen = "127.0.0.1:9560"   # address:port to serve GET /metrics on
 //! ```
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -67,6 +72,70 @@ pub struct TraceConfig {
     pub rotate_size: String,
     #[serde(default = "default_rotate_time")]
     pub rotate_time: HumanDuration,
+    #[serde(default)]
+    pub layout: TraceLayout,
+    /// Host name in the Hive layout's path and `host` column; default: the
+    /// machine's (`uname -n`). Two daemons on one machine (tests) set it.
+    #[serde(default)]
+    pub host: Option<String>,
+}
+
+/// How the daemon's trace files are laid out under `out_dir`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceLayout {
+    /// `out_dir/trace-<unix s>-<n>.parquet` (what a single machine's
+    /// collector globbing `out_dir/*.parquet` expects).
+    #[default]
+    Flat,
+    /// `out_dir/host=<host>/date=<YYYY-MM-DD>/hour=<HH>/trace-….parquet`,
+    /// `host` also a column: a fleet's trees read as one table.
+    Hive,
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `address:port`, e.g. `127.0.0.1:9560` or `[::1]:9560`.
+    pub listen: String,
+}
+
+impl MetricsConfig {
+    /// The validated socket address.
+    pub fn addr(&self) -> Result<std::net::SocketAddr, String> {
+        parse_listen(&self.listen)
+    }
+}
+
+/// `metrics.listen`: an IP address and a port (1-65535); host names are
+/// refused (a daemon must not depend on name resolution to start).
+pub fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    let addr: std::net::SocketAddr = s.trim().parse().map_err(|_| {
+        format!(
+            "`{s}` is not an address:port like 127.0.0.1:9560 or [::1]:9560 (an IP address, not a host name)"
+        )
+    })?;
+    if addr.port() == 0 {
+        return Err(format!("`{s}`: the port must be 1 to 65535"));
+    }
+    Ok(addr)
+}
+
+/// A host name usable as a Hive partition value and a file-path component.
+pub fn check_host(h: &str) -> Result<(), String> {
+    let ok = !h.is_empty()
+        && h.len() <= 253
+        && h.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
+        && !h.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{h}` is not a host name (1-253 of a-z, A-Z, 0-9, '-', '.', '_', not starting with '.')"
+        ))
+    }
 }
 
 fn one() -> u32 {
@@ -88,6 +157,8 @@ pub struct DaemonConfig {
     pub algorithms: Vec<AlgoConfig>,
     #[serde(default)]
     pub trace: Option<TraceConfig>,
+    #[serde(default)]
+    pub metrics: Option<MetricsConfig>,
 }
 
 /// Smallest rotation size: below it files would be mostly footer.
@@ -178,6 +249,15 @@ impl DaemonConfig {
             if t.out_dir.as_os_str().is_empty() {
                 return Err("trace.out_dir: must name a directory".into());
             }
+            if let Some(h) = &t.host {
+                check_host(h).map_err(|e| format!("trace.host: {e}"))?;
+                if t.layout != TraceLayout::Hive {
+                    return Err("trace.host: only used with layout = \"hive\"".into());
+                }
+            }
+        }
+        if let Some(m) = &self.metrics {
+            m.addr().map_err(|e| format!("metrics.listen: {e}"))?;
         }
         Ok(())
     }
@@ -200,6 +280,14 @@ mod tests {
         let cfg = DaemonConfig::from_toml(text).expect("the shipped example is valid");
         assert_eq!(cfg.algorithms[0].name, "bbr");
         assert!(cfg.trace.is_some());
+    }
+
+    #[test]
+    fn fleet_example_config_is_valid() {
+        let text = include_str!("../../../../examples/fleet/daemon.toml");
+        let cfg = DaemonConfig::from_toml(text).expect("the fleet example is valid");
+        assert!(cfg.metrics.is_some());
+        assert_eq!(cfg.trace.map(|t| t.layout), Some(TraceLayout::Hive));
     }
 
     #[test]
@@ -229,6 +317,22 @@ mod tests {
                 "[trace]\nout_dir = \"/tmp/x\"\nalgo = [\"nosuch\"]",
                 "trace.algo[0]",
             ),
+            ("[trace]\nout_dir = \"/tmp/x\"\nlayout = \"tree\"", "layout"),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nlayout = \"hive\"\nhost = \"a/b\"",
+                "trace.host",
+            ),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nhost = \"a\"",
+                "trace.host: only used with layout",
+            ),
+            ("[metrics]\nlisten = \"localhost:9560\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"127.0.0.1\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"127.0.0.1:0\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"127.0.0.1:65536\"", "metrics.listen"),
+            ("[metrics]\nlisten = \"300.0.0.1:9560\"", "metrics.listen"),
+            ("[metrics]\nlisten = 9560", "line 2"),
+            ("[metrics]\nport = 9560", "unknown field `port`"),
         ];
         for (text, needle) in cases {
             let e = DaemonConfig::from_toml(text).expect_err(text);
@@ -285,6 +389,25 @@ mod tests {
     }
 
     #[test]
+    fn metrics_and_hive_layout_parse() {
+        let cfg = DaemonConfig::from_toml(
+            "[trace]\nout_dir = \"/tmp/x\"\nlayout = \"hive\"\nhost = \"web-1.example\"\n[metrics]\nlisten = \"[::1]:9560\"",
+        )
+        .expect("valid");
+        assert_eq!(
+            cfg.metrics.as_ref().and_then(|m| m.addr().ok()),
+            Some("[::1]:9560".parse().expect("addr"))
+        );
+        let t = cfg.trace.expect("trace");
+        assert_eq!(t.layout, TraceLayout::Hive);
+        assert_eq!(t.host.as_deref(), Some("web-1.example"));
+        // Off by default; flat by default.
+        let cfg = DaemonConfig::from_toml("[trace]\nout_dir = \"/tmp/x\"").expect("valid");
+        assert!(cfg.metrics.is_none());
+        assert_eq!(cfg.trace.map(|t| t.layout), Some(TraceLayout::Flat));
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("256MB"), Ok(256_000_000));
         assert_eq!(parse_size("1MiB"), Ok(1 << 20));
@@ -312,6 +435,8 @@ mod fuzz {
     }
 
     const EXAMPLE: &str = include_str!("../../../../examples/daemon.toml");
+    /// The fleet agent's config: `[metrics]`, the Hive layout, a host name.
+    const FLEET: &str = include_str!("../../../../examples/fleet/daemon.toml");
     const HOSTILE: &[&str] = &[
         "\"\"",
         "0",
@@ -338,11 +463,20 @@ mod fuzz {
         "[\"bbr\", \"bbr\"]",
         "65536",
         "4294967296",
+        "\"127.0.0.1:0\"",
+        "\"localhost:9560\"",
+        "\"[::1]:9560\"",
+        "\"0.0.0.0:65535\"",
+        "\"1.2.3.4:99999\"",
+        "\"hive\"",
+        "\"flat\"",
+        "\"../etc\"",
+        "\"host=a\"",
     ];
 
-    fn mutate(line: usize, kind: u8, token: usize, junk: &str) -> String {
+    fn mutate(base: &str, line: usize, kind: u8, token: usize, junk: &str) -> String {
         // Uncomment the commented-out examples too, so they are mutated as well.
-        let mut lines: Vec<String> = EXAMPLE
+        let mut lines: Vec<String> = base
             .lines()
             .map(|l| {
                 l.strip_prefix("# [[")
@@ -380,6 +514,17 @@ mod fuzz {
                 if let Some(t) = &cfg.trace {
                     prop_assert!(t.sample >= 1);
                     prop_assert!(cfg.rotate_bytes() >= MIN_ROTATE_BYTES, "{text}");
+                    if let Some(h) = &t.host {
+                        prop_assert!(t.layout == TraceLayout::Hive, "{text}");
+                        prop_assert!(
+                            !h.is_empty() && !h.contains('/') && !h.contains('='),
+                            "{text}"
+                        );
+                    }
+                }
+                if let Some(m) = &cfg.metrics {
+                    let addr = m.addr();
+                    prop_assert!(addr.as_ref().is_ok_and(|a| a.port() != 0), "{text}");
                 }
             }
             Err(e) => {
@@ -388,6 +533,7 @@ mod fuzz {
                     || e.contains("algorithms")
                     || e.contains("trace")
                     || e.contains("on_exit")
+                    || e.contains("metrics")
                     || e.contains("unknown field")
                     || e.contains("missing field");
                 prop_assert!(named, "refusal names no field: {e}\n{text}");
@@ -401,7 +547,12 @@ mod fuzz {
 
         #[test]
         fn mutated_configs_are_refused_by_field(line: usize, kind: u8, token: usize, junk in "\\PC{0,30}") {
-            check(&mutate(line, kind, token, &junk))?;
+            check(&mutate(EXAMPLE, line, kind, token, &junk))?;
+        }
+
+        #[test]
+        fn mutated_fleet_configs_are_refused_by_field(line: usize, kind: u8, token: usize, junk in "\\PC{0,30}") {
+            check(&mutate(FLEET, line, kind, token, &junk))?;
         }
 
         #[test]

@@ -17,7 +17,12 @@
 //! - SIGTERM / SIGINT: stop tracing (the current file is finished and
 //!   readable), then unload every algorithm of the config if `on_exit =
 //!   "unload"` (or leave them registered with `"leave"`), release the locks.
+//! - `[metrics]`: a Prometheus endpoint on the daemon's tokio runtime
+//!   ([`metrics`]), bound before anything is loaded (a bind error changes
+//!   nothing); a SIGHUP that moves it binds the new address first and is
+//!   refused, old configuration kept, if it cannot.
 pub mod config;
+pub mod metrics;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -88,7 +93,20 @@ struct Tracing {
 }
 
 impl Tracing {
-    fn start(cfg: &config::TraceConfig, rotate_bytes: u64) -> Result<Tracing> {
+    fn start(
+        cfg: &config::TraceConfig,
+        rotate_bytes: u64,
+        shared: &Arc<metrics::Shared>,
+    ) -> Result<Tracing> {
+        let layout = match cfg.layout {
+            config::TraceLayout::Flat => ccctl_lab::trace_files::Layout::Flat,
+            config::TraceLayout::Hive => ccctl_lab::trace_files::Layout::Hive {
+                host: match &cfg.host {
+                    Some(h) => h.clone(),
+                    None => this_host()?,
+                },
+            },
+        };
         std::fs::create_dir_all(&cfg.out_dir)
             .with_context(|| format!("creating {}", cfg.out_dir.display()))?;
         let maps = Arc::new(trace::SharedMaps::open()?);
@@ -99,6 +117,8 @@ impl Tracing {
             prefix: "trace".into(),
             max_bytes: rotate_bytes,
             max_age: cfg.rotate_time.0,
+            layout,
+            stats: shared.stats.clone(),
         };
         let opts = trace::TraceOptions {
             filter,
@@ -137,6 +157,17 @@ impl Tracing {
             Err(_) => bail!("the trace thread panicked"),
         }
     }
+}
+
+/// This machine's name (`uname -n`), checked as a Hive partition value.
+fn this_host() -> Result<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("reading the host name from /proc/sys/kernel/hostname")?;
+    let name = name.trim().to_string();
+    config::check_host(&name).map_err(|e| {
+        anyhow::anyhow!("trace.host: this machine's name cannot be used ({e}); set trace.host")
+    })?;
+    Ok(name)
 }
 
 fn trace_filter(cfg: &config::TraceConfig) -> Result<trace::Filter> {
@@ -224,18 +255,51 @@ pub struct DaemonOptions {
     pub lock: Option<PathBuf>,
 }
 
+/// The metrics endpoint for `cfg`, if it has one.
+fn start_metrics(
+    rt: &tokio::runtime::Runtime,
+    cfg: &DaemonConfig,
+    shared: &Arc<metrics::Shared>,
+) -> Result<Option<metrics::Server>> {
+    let Some(m) = &cfg.metrics else {
+        return Ok(None);
+    };
+    let addr = m
+        .addr()
+        .map_err(|e| anyhow::anyhow!("metrics.listen: {e}"))?;
+    let server = metrics::Server::start(rt, addr, shared.clone())?;
+    eprintln!("ccctl daemon: metrics on http://{}/metrics", server.addr);
+    Ok(Some(server))
+}
+
 pub fn run(opts: DaemonOptions) -> Result<()> {
     kernel::check_privileges()?;
     let mut cfg = read_config(&opts.config)?;
     let _lock = single_instance(opts.lock.as_deref().unwrap_or(Path::new(LOCK_PATH)))?;
     let signals = Signals::install()?;
     let mut state = State::default();
+    // The daemon's tokio runtime: the metrics endpoint runs on it.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(2)
+        .thread_name("ccctl-daemon-rt")
+        .enable_all()
+        .build()
+        .context("starting the daemon's tokio runtime")?;
+    let shared = Arc::new(metrics::Shared::default());
+    shared.set_configured(&cfg);
+    shared.reloaded(true, false);
+    // Bound before anything is loaded: a bad address changes nothing.
+    let mut metrics_server = start_metrics(&rt, &cfg, &shared)?;
     let result = (|| -> Result<()> {
         apply(&cfg, None, &mut state)?;
         let mut tracing_thread = match &cfg.trace {
-            Some(t) => Some(Tracing::start(t, cfg.rotate_bytes())?),
+            Some(t) => Some(Tracing::start(t, cfg.rotate_bytes(), &shared)?),
             None => None,
         };
+        shared
+            .tracing
+            .store(tracing_thread.is_some(), Ordering::Relaxed);
         eprintln!(
             "ccctl daemon: running (pid {}): {} algorithm(s){}",
             std::process::id(),
@@ -258,22 +322,41 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
                 }
             }
             if signals.take_hup() {
-                match read_config(&opts.config) {
+                // A moved endpoint is bound first: if it cannot be, the
+                // whole new configuration is refused.
+                let read = read_config(&opts.config).and_then(|new| {
+                    if new.metrics == cfg.metrics {
+                        return Ok((new, None));
+                    }
+                    let server = start_metrics(&rt, &new, &shared)?;
+                    Ok((new, Some(server)))
+                });
+                match read {
                     Err(e) => {
+                        shared.reloaded(false, true);
                         tracing::error!("SIGHUP: keeping the running configuration: {e:#}");
                         eprintln!(
                             "ccctl daemon: SIGHUP: config refused, keeping the running one: {e:#}"
                         );
                     }
-                    Ok(new) => {
+                    Ok((new, moved)) => {
+                        if let Some(server) = moved {
+                            if let Some(old) = std::mem::replace(&mut metrics_server, server) {
+                                old.stop();
+                            }
+                        }
                         apply(&new, Some(&cfg), &mut state)?;
                         tracing_thread = match (tracing_thread.take(), &new.trace) {
                             (Some(t), Some(tc))
-                                if cfg
-                                    .trace
-                                    .as_ref()
-                                    .map(|o| (&o.out_dir, &o.rotate_size, o.rotate_time))
-                                    == Some((&tc.out_dir, &tc.rotate_size, tc.rotate_time)) =>
+                                if cfg.trace.as_ref().map(|o| {
+                                    (&o.out_dir, &o.rotate_size, o.rotate_time, o.layout, &o.host)
+                                }) == Some((
+                                    &tc.out_dir,
+                                    &tc.rotate_size,
+                                    tc.rotate_time,
+                                    tc.layout,
+                                    &tc.host,
+                                )) =>
                             {
                                 t.refilter(tc)?;
                                 Some(t)
@@ -285,20 +368,30 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
                                     s.events_written, s.events_dropped
                                 );
                                 match new_trace {
-                                    Some(tc) => Some(Tracing::start(tc, new.rotate_bytes())?),
+                                    Some(tc) => {
+                                        Some(Tracing::start(tc, new.rotate_bytes(), &shared)?)
+                                    }
                                     None => None,
                                 }
                             }
-                            (None, Some(tc)) => Some(Tracing::start(tc, new.rotate_bytes())?),
+                            (None, Some(tc)) => {
+                                Some(Tracing::start(tc, new.rotate_bytes(), &shared)?)
+                            }
                             (None, None) => None,
                         };
+                        shared
+                            .tracing
+                            .store(tracing_thread.is_some(), Ordering::Relaxed);
                         cfg = new;
+                        shared.set_configured(&cfg);
+                        shared.reloaded(true, true);
                         eprintln!("ccctl daemon: SIGHUP: configuration reloaded");
                     }
                 }
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        shared.tracing.store(false, Ordering::Relaxed);
         if let Some(t) = tracing_thread.take() {
             let s = t.stop()?;
             eprintln!(
@@ -308,6 +401,10 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
         }
         Ok(())
     })();
+    if let Some(server) = metrics_server.take() {
+        server.stop();
+    }
+    rt.shutdown_timeout(Duration::from_secs(1));
     // Whatever happened above: leave the system as the config says.
     let mut cleanup_err = None;
     if cfg.on_exit == OnExit::Unload || result.is_err() {

@@ -276,7 +276,7 @@ pub fn fq_codel_available() -> Result<bool> {
 // Counters
 
 /// Counters of the bottleneck qdisc (`tc -s -j qdisc show`).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QdiscStats {
     pub kind: String,
     pub bytes: u64,

@@ -6,6 +6,7 @@ pub mod atomic;
 pub mod catalogue;
 pub mod dstar;
 pub mod flows;
+pub mod ipv6;
 pub mod lab;
 pub mod lifecycle;
 pub mod modest;

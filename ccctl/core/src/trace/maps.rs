@@ -209,7 +209,15 @@ mod tests {
     #[test]
     fn trace_cfg_has_no_padding() {
         // write_cfg hands the struct's bytes to the kernel as they are.
-        assert_eq!(size_of::<abi::ccctl_trace_cfg>(), 40);
-        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, session), 32);
+        // Field sizes add up to the struct's size: no implicit padding.
+        assert_eq!(
+            4 * 3 + 2 * 2 + 4 * 2 + 16 * 2 + 1 * 2 + 2 + 4 + 8,
+            size_of::<abi::ccctl_trace_cfg>()
+        );
+        assert_eq!(size_of::<abi::ccctl_trace_cfg>(), 72);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, saddr), 24);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, daddr), 40);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, saddr_prefix), 56);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, session), 64);
     }
 }

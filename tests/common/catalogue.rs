@@ -77,6 +77,11 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         "[trace]\nout_dir = \"/tmp/ccctl-catalogue-never\"\nrotate_size = \"1kB\"\n",
     )
     .expect("write");
+    fs::write(
+        s("daemon-bad-remote.toml"),
+        "[trace]\nout_dir = \"/tmp/ccctl-catalogue-never\"\nremote = \"[fd00:ccc::2/200]:5201\"\n",
+    )
+    .expect("write");
     fs::write(s("a-file"), "not a directory").expect("write");
 
     ccctl(&["load", "bbr"]).ok();
@@ -250,6 +255,18 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
             &["--remote", "IPV4"],
         ),
         bad(
+            &["trace", "--follow", "--remote", "fd00:ccc::/129"],
+            &["--remote", "an IPv6 prefix length is 0 to 128"],
+        ),
+        bad(
+            &["trace", "--follow", "--local", "[fd00:ccc::1]:0"],
+            &["--local", "port `0`", "[IPV6[/LEN]]:PORT"],
+        ),
+        bad(
+            &["trace", "--follow", "--local", "[198.18.1.1]:5201"],
+            &["--local", "brackets are for IPv6"],
+        ),
+        bad(
             &["trace", "--follow", "--port", "70000"],
             &["--port", "70000"],
         ),
@@ -398,6 +415,10 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         bad(
             &["daemon", "--config", &s("daemon-small-rotation.toml")],
             &["trace.rotate_size", "1 MiB"],
+        ),
+        bad(
+            &["daemon", "--config", &s("daemon-bad-remote.toml")],
+            &["trace.remote", "an IPv6 prefix length is 0 to 128"],
         ),
         // the rest
         bad(&["completions", "tcsh"], &["tcsh"]),

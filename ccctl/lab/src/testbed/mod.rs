@@ -961,6 +961,67 @@ mod host_tests {
         assert!(names.iter().all(|n| !live.contains(n)), "still registered");
     }
 
+    /// An IPv6 testbed: the documented unique local addresses on every
+    /// end, none of them (nor the link-local ones) tentative right after
+    /// the build (no duplicate address detection), forwarding on in the
+    /// router only, default routes via the router, and a flow from each
+    /// of two senders through it at once.
+    #[test]
+    fn ipv6_testbed_is_usable_at_once() {
+        let tb = Testbed::new(
+            TestbedConfig::new(20_000_000, 100_000)
+                .with_rtts(&[Duration::ZERO; 2])
+                .with_ip(IpVersion::V6),
+        )
+        .unwrap();
+        let addrs = |r: Role, dev: &str| {
+            let out = tb
+                .exec(r, &["ip", "-6", "-o", "addr", "show", "dev", dev])
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        for (r, dev, want) in [
+            (Role::Receiver, RECEIVER_DEV.to_string(), "fd00:ccc::2/64"),
+            (Role::Router, ROUTER_RX_DEV.to_string(), "fd00:ccc::1/64"),
+            (Role::Sender(0), SENDER_DEV.to_string(), "fd00:ccc:1::1/64"),
+            (Role::Router, router_sender_dev(0), "fd00:ccc:1::2/64"),
+            (Role::Sender(1), SENDER_DEV.to_string(), "fd00:ccc:2::1/64"),
+            (Role::Router, router_sender_dev(1), "fd00:ccc:2::2/64"),
+        ] {
+            let a = addrs(r, &dev);
+            assert!(a.contains(want), "{r} {dev}: {a}");
+            assert!(
+                a.contains("fe80::"),
+                "{r} {dev}: no link-local address: {a}"
+            );
+            assert!(!a.contains("tentative"), "{r} {dev}: {a}");
+        }
+        assert_eq!(
+            sysctl(&tb, Role::Router, "net.ipv6.conf.all.forwarding"),
+            "1"
+        );
+        assert_eq!(
+            sysctl(&tb, Role::Sender(0), "net.ipv6.conf.all.forwarding"),
+            "0"
+        );
+        let route = tb
+            .exec(Role::Sender(1), &["ip", "-6", "route", "show", "default"])
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&route.stdout).contains("via fd00:ccc:2::2"),
+            "{}",
+            String::from_utf8_lossy(&route.stdout)
+        );
+        assert_eq!(tb.receiver_addr().to_string(), "fd00:ccc::2");
+        let specs: Vec<FlowSpec> = (0..2)
+            .map(|i| FlowSpec::new(i, "cubic", Duration::from_secs(1)))
+            .collect();
+        let res = iperf::spawn_flows(&tb, &specs).unwrap().wait().unwrap();
+        for (i, r) in res.iter().enumerate() {
+            assert!(r.receiver_bytes > 0, "sender {i}: nothing received");
+        }
+    }
+
     /// Builds without validating `cfg` (to make a step fail on purpose);
     /// returns the prefix too.
     fn build_unvalidated(cfg: TestbedConfig) -> (String, Result<Testbed>) {

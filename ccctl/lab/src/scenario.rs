@@ -784,6 +784,11 @@ rtt = ["10ms", "50ms"]"#,
                 "buffer = \"0.3bdp\"\naqm = \"red\"",
                 "aqm",
             ),
+            (
+                "buffer = \"0.3bdp\"",
+                "buffer = \"0.3bdp\"\nip = \"v5\"",
+                "(`ip`): unknown variant `v5`, expected `v4` or `v6`",
+            ),
         ];
         for (from, to, needle) in cases {
             let text = format!("{flows}{}", BASE.replace(from, to));
@@ -791,6 +796,25 @@ rtt = ["10ms", "50ms"]"#,
             let e = Scenario::from_toml(&text).expect_err(to);
             assert!(e.to_string().contains(needle), "{to}: {e}");
         }
+    }
+
+    /// `ip = "v6"` reaches every run's link (the calibration's too, see
+    /// plan.rs); the default is IPv4.
+    #[test]
+    fn ip_version_reaches_every_link() {
+        let v4 = with("flows = \"cubic\"").expect("valid");
+        assert!(v4.link_settings().iter().all(|l| l.ip == IpVersion::V4));
+        let text = format!(
+            "flows = \"cubic\"\n{}",
+            BASE.replace("buffer = \"0.3bdp\"", "buffer = \"0.3bdp\"\nip = \"v6\"")
+        );
+        let sc = Scenario::from_toml(&text.replacen("\nname", "name", 1)).expect("valid");
+        let links = sc.link_settings();
+        assert!(!links.is_empty() && links.iter().all(|l| l.ip == IpVersion::V6));
+        assert!(crate::plan::plan(&sc)
+            .jobs
+            .iter()
+            .all(|j| j.link.ip == IpVersion::V6));
     }
 
     #[test]

@@ -245,16 +245,31 @@ struct ccctl_params_entry {
  * The shared maps are pinned under <bpffs>/ccctl/shared/ and reused by
  * every algorithm object.
  */
+/*
+ * Addresses, in the filter and in every event, are 16 bytes in network
+ * order with IPv4 written IPv4-mapped (::ffff:a.b.c.d, RFC 4291 2.5.5.2):
+ * one comparison serves both families, and a dual-stack AF_INET6 socket
+ * talking to an IPv4 peer (which the kernel keeps v4-mapped) matches the
+ * same IPv4 filter as an AF_INET socket.  The event's family field still
+ * says which kind of socket it was.
+ */
+#define CCCTL_ADDR_BYTES 16
+#define CCCTL_ADDR_V4MAPPED_PREFIX 96 /* bits before the IPv4 address in ::ffff:a.b.c.d */
+
 struct ccctl_trace_cfg {
 	__u32 enabled;      /* 0: tracing off */
 	__u32 algo_mask;    /* 1 << CCCTL_ALGO_*; 0 = every algorithm */
 	__u32 port;         /* host order; local or remote port must match; 0 = any */
-	__u32 saddr;        /* IPv4 local address, network order; 0 = any */
-	__u32 daddr;        /* IPv4 remote address, network order; 0 = any */
 	__u16 sport;        /* local port, host order; 0 = any */
 	__u16 dport;        /* remote port, host order; 0 = any */
 	__u32 sample_every; /* emit every Nth ACK of a flow; 0 or 1 = every ACK */
 	__u32 once_per_rtt; /* 1: at most one event per flow per round trip */
+	__u8 saddr[CCCTL_ADDR_BYTES]; /* local address (IPv4-mapped for IPv4), network order */
+	__u8 daddr[CCCTL_ADDR_BYTES]; /* remote address, likewise */
+	__u8 saddr_prefix;  /* leading bits of saddr that must match: 0 = any address, 128 = exactly */
+	__u8 daddr_prefix;  /* the same for daddr (an IPv4 /24 is 96 + 24 = 120) */
+	__u16 pad0;
+	__u32 pad1;
 	__u64 session;      /* who enabled tracing (pid); informational */
 };
 
@@ -283,8 +298,8 @@ struct ccctl_trace_sk {
 struct ccctl_event {
 	__u64 ts_ns;          /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 	__u64 flow_id;        /* stable per socket, see ccctl_trace_state */
-	__u32 saddr;          /* IPv4 local address, network order (0: IPv6) */
-	__u32 daddr;          /* IPv4 remote address, network order */
+	__u8 saddr[CCCTL_ADDR_BYTES]; /* local address, network order; IPv4 as ::ffff:a.b.c.d */
+	__u8 daddr[CCCTL_ADDR_BYTES]; /* remote address, likewise */
 	__u16 sport;          /* local port, host order */
 	__u16 dport;          /* remote port, host order */
 	__u16 family;         /* AF_INET or AF_INET6 */
@@ -342,7 +357,7 @@ struct ccctl_event {
 	__u64 dstar_min_rtt_stamp_ns;/* when dstar_min_rtt_us was last refreshed, ts_ns's clock */
 };
 
-/* The event is 224 bytes with no implicit padding on either side. */
-#define CCCTL_EVENT_SIZE 224
+/* The event is 248 bytes with no implicit padding on either side. */
+#define CCCTL_EVENT_SIZE 248
 
 #endif /* __CCCTL_ABI_H */

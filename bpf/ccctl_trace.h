@@ -5,7 +5,8 @@
  * An algorithm calls ccctl_trace_begin() once per call of its main per-ACK
  * hook.  When tracing is off that costs one load: the enabled flag of the
  * one-entry trace_cfg array (the verifier inlines array lookups into a
- * pointer computation).  When on, the filters (algorithm, port, addresses)
+ * pointer computation).  When on, the filters (algorithm, port, addresses
+ * of either family, by prefix)
  * and the sampling (every Nth ACK, or once per round trip) run before
  * anything is reserved; then one struct ccctl_event is reserved in the ring
  * buffer, the common fields are filled in here, the algorithm adds its own
@@ -23,9 +24,11 @@
 #define __CCCTL_TRACE_H
 
 #include "ccctl_common.h"
+#include <bpf/bpf_endian.h>
 
-/* Ring buffer size, bytes: 8 MiB is ~55 000 events, over 0.1 s of a 10 Gbit/s
- * flow traced on every ACK.  The loader may override it (tests shrink it). */
+/* Ring buffer size, bytes: 8 MiB is ~32 000 events (248 bytes plus an 8-byte
+ * record header each), ~0.08 s of a 10 Gbit/s flow traced on every ACK (one
+ * ACK per two 1500-byte segments).  The loader may override it (tests shrink it). */
 #define CCCTL_TRACE_RING_BYTES (8u << 20)
 
 /* Wake the consumer only once this much is waiting, bytes: one wakeup per
@@ -86,9 +89,76 @@ static __always_inline u16 ccctl_bswap16(u16 v)
 	return (u16)((v >> 8) | (v << 8));
 }
 
+/* Address families (include/linux/socket.h). */
+#define CCCTL_AF_INET 2
+#define CCCTL_AF_INET6 10
+
+/* An address as four 32-bit words in network order (CCCTL_ADDR_BYTES). */
+struct ccctl_addr {
+	u32 w[4];
+};
+
+_Static_assert(sizeof(struct ccctl_addr) == CCCTL_ADDR_BYTES, "16-byte addresses");
+_Static_assert(sizeof(struct ccctl_event) == CCCTL_EVENT_SIZE, "event size as the ABI states it");
+
+/* Word 2 of ::ffff:a.b.c.d in memory order: bytes 00 00 ff ff. */
+#define CCCTL_V4MAPPED_WORD bpf_htonl(0x0000ffffu)
+
+/*
+ * The socket's local and remote addresses as the trace sees them: an
+ * AF_INET6 socket's own (v4-mapped already when it talks IPv4), an AF_INET
+ * socket's IPv4 addresses written ::ffff:a.b.c.d.
+ */
+static __always_inline void ccctl_sk_addrs(const struct sock *sk, struct ccctl_addr *local, struct ccctl_addr *remote)
+{
+	int i;
+
+	if (sk->__sk_common.skc_family == CCCTL_AF_INET6) {
+#pragma unroll
+		for (i = 0; i < 4; i++) {
+			local->w[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+			remote->w[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+		}
+		return;
+	}
+	local->w[0] = 0;
+	local->w[1] = 0;
+	local->w[2] = CCCTL_V4MAPPED_WORD;
+	local->w[3] = sk->__sk_common.skc_rcv_saddr;
+	remote->w[0] = 0;
+	remote->w[1] = 0;
+	remote->w[2] = CCCTL_V4MAPPED_WORD;
+	remote->w[3] = sk->__sk_common.skc_daddr;
+}
+
+/*
+ * Do the first prefix bits of have equal those of want (both network
+ * order)?  A prefix of 0 matches every address; 128 only want itself.
+ * Word by word: the word holding the prefix's end is compared under a mask
+ * of its leading bits, built in host order and turned to network order.
+ */
+static __always_inline bool ccctl_addr_match(const u8 *want, u32 prefix, const struct ccctl_addr *have)
+{
+	u32 w, bits, mask, want_w;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		if (prefix <= 32 * i)
+			break;
+		bits = prefix - 32 * i;
+		mask = bits >= 32 ? ~0u : bpf_htonl(~0u << (32 - bits));
+		__builtin_memcpy(&want_w, want + 4 * i, sizeof(want_w));
+		w = have->w[i];
+		if ((w ^ want_w) & mask)
+			return false;
+	}
+	return true;
+}
+
 /* Does this flow pass the filters of cfg? */
-static __always_inline bool ccctl_trace_match(const struct ccctl_trace_cfg *cfg, struct sock *sk, u8 algo,
-					      u16 sport, u16 dport)
+static __always_inline bool ccctl_trace_match(const struct ccctl_trace_cfg *cfg, u8 algo, u16 sport, u16 dport,
+					      const struct ccctl_addr *local, const struct ccctl_addr *remote)
 {
 	if (cfg->algo_mask && !(cfg->algo_mask & (1u << algo)))
 		return false;
@@ -98,9 +168,9 @@ static __always_inline bool ccctl_trace_match(const struct ccctl_trace_cfg *cfg,
 		return false;
 	if (cfg->dport && cfg->dport != dport)
 		return false;
-	if (cfg->saddr && cfg->saddr != sk->__sk_common.skc_rcv_saddr)
+	if (cfg->saddr_prefix && !ccctl_addr_match(cfg->saddr, cfg->saddr_prefix, local))
 		return false;
-	if (cfg->daddr && cfg->daddr != sk->__sk_common.skc_daddr)
+	if (cfg->daddr_prefix && !ccctl_addr_match(cfg->daddr, cfg->daddr_prefix, remote))
 		return false;
 	return true;
 }
@@ -127,6 +197,7 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 	struct ccctl_event *e;
 	u32 zero = 0;
 	u16 sport, dport;
+	struct ccctl_addr local, remote;
 	u64 *drops, *produced;
 
 	cfg = bpf_map_lookup_elem(&trace_cfg, &zero);
@@ -135,7 +206,8 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 
 	sport = sk->__sk_common.skc_num;
 	dport = ccctl_bswap16(sk->__sk_common.skc_dport);
-	if (!ccctl_trace_match(cfg, sk, algo, sport, dport))
+	ccctl_sk_addrs(sk, &local, &remote);
+	if (!ccctl_trace_match(cfg, algo, sport, dport, &local, &remote))
 		return NULL;
 
 	ts = bpf_sk_storage_get(&trace_sk, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
@@ -178,8 +250,8 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_ns = bpf_ktime_get_ns();
 	e->flow_id = ts->flow_id;
-	e->saddr = sk->__sk_common.skc_rcv_saddr;
-	e->daddr = sk->__sk_common.skc_daddr;
+	__builtin_memcpy(e->saddr, &local, sizeof(local));
+	__builtin_memcpy(e->daddr, &remote, sizeof(remote));
 	e->sport = sport;
 	e->dport = dport;
 	e->family = sk->__sk_common.skc_family;

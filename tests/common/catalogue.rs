@@ -87,6 +87,11 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         "[trace]\nout_dir = \"/tmp/ccctl-catalogue-never\"\nlayout = \"hive\"\nhost = \"../etc\"\n",
     )
     .expect("write");
+    fs::write(
+        s("daemon-bad-remote.toml"),
+        "[trace]\nout_dir = \"/tmp/ccctl-catalogue-never\"\nremote = \"[fd00:ccc::2/200]:5201\"\n",
+    )
+    .expect("write");
     fs::write(s("a-file"), "not a directory").expect("write");
 
     ccctl(&["load", "bbr"]).ok();
@@ -258,6 +263,18 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         bad(
             &["trace", "--follow", "--remote", ":0"],
             &["--remote", "IPV4"],
+        ),
+        bad(
+            &["trace", "--follow", "--remote", "fd00:ccc::/129"],
+            &["--remote", "an IPv6 prefix length is 0 to 128"],
+        ),
+        bad(
+            &["trace", "--follow", "--local", "[fd00:ccc::1]:0"],
+            &["--local", "port `0`", "[IPV6[/LEN]]:PORT"],
+        ),
+        bad(
+            &["trace", "--follow", "--local", "[198.18.1.1]:5201"],
+            &["--local", "brackets are for IPv6"],
         ),
         bad(
             &["trace", "--follow", "--port", "70000"],
@@ -435,6 +452,10 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         bad(
             &["daemon", "--config", &s("daemon-bad-host.toml")],
             &["trace.host", "../etc"],
+        ),
+        bad(
+            &["daemon", "--config", &s("daemon-bad-remote.toml")],
+            &["trace.remote", "an IPv6 prefix length is 0 to 128"],
         ),
         // the rest
         bad(&["completions", "tcsh"], &["tcsh"]),

@@ -7,6 +7,7 @@ pub mod catalogue;
 pub mod dstar;
 pub mod fleet;
 pub mod flows;
+pub mod ipv6;
 pub mod lab;
 pub mod lifecycle;
 pub mod modest;

@@ -556,7 +556,10 @@ pub fn gate_passes_packets_only_in_on_windows(
     // ... and the router's toward it: outgoing on to_s0 and addressed to the
     // sender (the sender's own data, delayed on the router's ifb and put
     // back on to_s0's ingress, shows there as outgoing too).
-    let sender = tb.sender_addr(0).octets();
+    let std::net::IpAddr::V4(sender) = tb.sender_addr(0) else {
+        panic!("an IPv4 testbed");
+    };
+    let sender = sender.octets();
     pkts.extend(
         acks.join()
             .expect("capture thread")

@@ -535,3 +535,25 @@ mod fleet {
         crate::common::shard::shards_merge_into_the_unsharded_run_and_mismatches_are_refused();
     }
 }
+
+/// IPv6 (issue 14): traces filtered by IPv6 and IPv4 address beside each
+/// other, the lab over IPv6.
+mod ipv6 {
+    use ccctl_lab::testbed::buffer_packets;
+
+    /// Three flows of 4 s on 50 Mbit/s links, traced twice.
+    #[test]
+    fn ipv6_and_ipv4_flows_filtered_by_address() {
+        crate::common::ipv6::ipv6_and_ipv4_flows_filtered_by_address(
+            50_000_000,
+            buffer_packets(100, 1500),
+            4,
+            200,
+        );
+    }
+
+    #[test]
+    fn lab_runs_over_ipv6() {
+        crate::common::ipv6::lab_runs_over_ipv6("host", "50mbit", 50e6);
+    }
+}

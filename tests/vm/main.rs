@@ -921,3 +921,18 @@ mod dstar {
         dstar::tune_dstar_refuses_bad_values();
     }
 }
+
+/// IPv6 on 6.1 (issue 14): the trace's IPv6 path (addresses read from the
+/// socket's IPv6 fields, the prefix match) passes the 6.1 verifier, and an
+/// IPv6 flow is traced with its addresses while an IPv4 flow beside it is
+/// filtered out, and the other way round. 10 Mbit/s, 3 s flows.
+#[test]
+fn ipv6_flows_are_traced_and_filtered_on_6_1() {
+    require_vm();
+    common::ipv6::ipv6_and_ipv4_flows_filtered_by_address(
+        10_000_000,
+        ccctl_lab::testbed::buffer_packets(50, 1500),
+        3,
+        50,
+    );
+}

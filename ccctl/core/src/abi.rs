@@ -58,13 +58,14 @@ unsafe impl Plain for ccctl_meta {}
 unsafe impl Plain for ccctl_params {}
 // SAFETY: as above: a bpf_spin_lock (one u32) then a ccctl_params.
 unsafe impl Plain for ccctl_params_entry {}
-// SAFETY: as above (nine 32/16-bit fields fill 32 bytes before the u64).
+// SAFETY: as above (32/16/8-bit fields and explicit pads fill 64 bytes
+// before the u64).
 unsafe impl Plain for ccctl_trace_cfg {}
 // SAFETY: as above; CCCTL_EVENT_SIZE states the size, checked below.
 unsafe impl Plain for ccctl_event {}
 
 const _: () = assert!(std::mem::size_of::<ccctl_event>() == CCCTL_EVENT_SIZE as usize);
-const _: () = assert!(std::mem::size_of::<ccctl_trace_cfg>() == 40);
+const _: () = assert!(std::mem::size_of::<ccctl_trace_cfg>() == 72);
 const _: () = assert!(std::mem::size_of::<ccctl_meta>() == 40);
 const _: () =
     assert!(std::mem::size_of::<ccctl_params_entry>() == 4 + std::mem::size_of::<ccctl_params>());

@@ -94,7 +94,7 @@ proptest! {
     }
 
     #[test]
-    fn endpoints_never_panic_and_name_the_forms(s in prop_oneof!["\\PC{0,30}", "[0-9.:]{0,24}", "(\\[[0-9a-f:]{0,20}\\])?:?[0-9]{0,6}"]) {
+    fn endpoints_never_panic_and_name_the_forms(s in prop_oneof!["\\PC{0,30}", "[0-9.:]{0,24}", "(\\[[0-9a-f:]{0,20}(/[0-9]{0,3})?\\])?:?[0-9]{0,6}", "[0-9a-f:]{0,30}(/[0-9]{0,3})?"]) {
         match Endpoint::parse(&s) {
             Ok(e) => prop_assert!(e.addr.is_some() || e.port.is_some_and(|p| p != 0)),
             Err(m) => prop_assert!(m.contains("expected") && m.contains(&s), "{m}"),
@@ -105,7 +105,16 @@ proptest! {
     fn valid_endpoints_round_trip(a: [u8; 4], port in 1u16..) {
         let ip = std::net::Ipv4Addr::from(a);
         let e = Endpoint::parse(&format!("{ip}:{port}")).expect("valid endpoint");
-        prop_assert_eq!((e.addr, e.port), (Some(ip), Some(port)));
+        prop_assert_eq!((e.addr, e.port), (Some(ip.into()), Some(port)));
+    }
+
+    #[test]
+    fn valid_ipv6_endpoints_round_trip(a: u128, port in 1u16.., len in 0u8..=128) {
+        let ip = std::net::Ipv6Addr::from(a);
+        let e = Endpoint::parse(&format!("[{ip}]:{port}")).expect("valid endpoint");
+        prop_assert_eq!((e.addr, e.prefix, e.port), (Some(ip.into()), None, Some(port)));
+        let e = Endpoint::parse(&format!("{ip}/{len}")).expect("valid prefix");
+        prop_assert_eq!((e.addr, e.prefix, e.port), (Some(ip.into()), Some(len), None));
     }
 
     /// Every parameter of every algorithm, any f64: accepted only inside its

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::iperf::{self, FlowResult, FlowSpec};
-use crate::scenario::{Aqm, FlowPlan};
+use crate::scenario::{Aqm, FlowPlan, IpVersion};
 use crate::sockdiag::DiagSocket;
 use crate::testbed::{self, Gate, QdiscStats, Role, SenderConfig, Testbed, TestbedConfig};
 
@@ -94,6 +94,10 @@ pub fn testbed_config(job: &Job) -> TestbedConfig {
         Aqm::TailDrop => testbed::Aqm::TailDrop,
         Aqm::FqCodel => testbed::Aqm::FqCodel,
     })
+    .with_ip(match job.link.ip {
+        IpVersion::V4 => testbed::IpVersion::V4,
+        IpVersion::V6 => testbed::IpVersion::V6,
+    })
 }
 
 /// Runs `job`; `kernel_cc` maps scenario names to `iperf3 -C` names.
@@ -146,7 +150,7 @@ pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRec
             match sock.tcp_sockets() {
                 Ok(socks) => {
                     for s in socks {
-                        if *s.remote.ip() != receiver {
+                        if s.remote.ip() != receiver {
                             continue;
                         }
                         let Some(flow) = ports.iter().position(|&p| p == s.remote.port()) else {

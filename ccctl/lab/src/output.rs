@@ -463,7 +463,7 @@ pub fn summary_table(sc: &Scenario, plan: &Plan, a: &Analysis) -> String {
         let cal = a.calibrations.iter().find(|c| c.link_index == li);
         let _ = writeln!(
             out,
-            "\nlink {}: {} / {} / buffer {} ({} B){}{}",
+            "\nlink {}: {} / {} / buffer {} ({} B){}{}{}",
             li + 1,
             link.rate,
             link.rtt,
@@ -476,6 +476,11 @@ pub fn summary_table(sc: &Scenario, plan: &Plan, a: &Analysis) -> String {
             },
             if link.aqm == crate::scenario::Aqm::FqCodel {
                 " / fq_codel"
+            } else {
+                ""
+            },
+            if link.ip == crate::scenario::IpVersion::V6 {
+                " / IPv6"
             } else {
                 ""
             },

@@ -152,6 +152,7 @@ fn calibration_link(link: &LinkSetting) -> LinkSetting {
             .max(CALIBRATION_MIN_PACKETS * FRAME_BYTES),
         loss: 0.0,
         aqm: Aqm::TailDrop,
+        ip: link.ip,
     }
 }
 

@@ -13,6 +13,7 @@
 //! buffer = "0.3bdp"         # or "100pkt", "150kB"
 //! loss = 0.0                # random loss probability on the data path
 //! aqm = "tail_drop"         # or "fq_codel"
+//! ip = "v4"                 # or "v6": flows over IPv6 (fd00:ccc::/48 inside the testbed)
 //!
 //! flows = "cubic:1, bbr:1"  # or [[flows]] tables: cc, count, start, duration, rtt,
 //!                           # schedule = { on = "10ms", off = "70ms" } (a descheduled sender)
@@ -94,6 +95,19 @@ pub struct Link {
     pub loss: f64,
     #[serde(default)]
     pub aqm: Aqm,
+    /// The IP version the flows run over.
+    #[serde(default)]
+    pub ip: IpVersion,
+}
+
+/// `ip = "v4"` (198.18.0.0/15) or `"v6"` (unique local fd00:ccc::/48),
+/// both only inside the testbed's namespaces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IpVersion {
+    #[default]
+    V4,
+    V6,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -274,6 +288,7 @@ pub struct LinkSetting {
     pub buffer_bytes: u64,
     pub loss: f64,
     pub aqm: Aqm,
+    pub ip: IpVersion,
 }
 
 /// One flow of a run.
@@ -340,6 +355,7 @@ impl Scenario {
                         buffer_bytes: buffer.bytes(rate, rtt.0, FRAME_BYTES),
                         loss: self.link.loss,
                         aqm: self.link.aqm,
+                        ip: self.link.ip,
                     });
                 }
             }
@@ -768,6 +784,11 @@ rtt = ["10ms", "50ms"]"#,
                 "buffer = \"0.3bdp\"\naqm = \"red\"",
                 "aqm",
             ),
+            (
+                "buffer = \"0.3bdp\"",
+                "buffer = \"0.3bdp\"\nip = \"v5\"",
+                "(`ip`): unknown variant `v5`, expected `v4` or `v6`",
+            ),
         ];
         for (from, to, needle) in cases {
             let text = format!("{flows}{}", BASE.replace(from, to));
@@ -775,6 +796,25 @@ rtt = ["10ms", "50ms"]"#,
             let e = Scenario::from_toml(&text).expect_err(to);
             assert!(e.to_string().contains(needle), "{to}: {e}");
         }
+    }
+
+    /// `ip = "v6"` reaches every run's link (the calibration's too, see
+    /// plan.rs); the default is IPv4.
+    #[test]
+    fn ip_version_reaches_every_link() {
+        let v4 = with("flows = \"cubic\"").expect("valid");
+        assert!(v4.link_settings().iter().all(|l| l.ip == IpVersion::V4));
+        let text = format!(
+            "flows = \"cubic\"\n{}",
+            BASE.replace("buffer = \"0.3bdp\"", "buffer = \"0.3bdp\"\nip = \"v6\"")
+        );
+        let sc = Scenario::from_toml(&text.replacen("\nname", "name", 1)).expect("valid");
+        let links = sc.link_settings();
+        assert!(!links.is_empty() && links.iter().all(|l| l.ip == IpVersion::V6));
+        assert!(crate::plan::plan(&sc)
+            .jobs
+            .iter()
+            .all(|j| j.link.ip == IpVersion::V6));
     }
 
     #[test]

@@ -6,21 +6,22 @@
 //!
 //! # What it does
 //!
-//! [`DiagSocket::tcp_sockets`] sends one `SOCK_DIAG_BY_FAMILY` dump request
-//! (`inet_diag_req_v2`, family `AF_INET`, protocol `IPPROTO_TCP`) for the
+//! [`DiagSocket::tcp_sockets`] sends a `SOCK_DIAG_BY_FAMILY` dump request
+//! (`inet_diag_req_v2`, protocol `IPPROTO_TCP`) per family, `AF_INET` then
+//! `AF_INET6`, for the
 //! sockets that may still send data — `ESTABLISHED`, `FIN_WAIT1`,
 //! `FIN_WAIT2`, `CLOSE_WAIT`, `LAST_ACK`, `CLOSING` — asking for the
 //! `INET_DIAG_INFO` (`struct tcp_info`) and `INET_DIAG_CONG` (congestion
 //! control name) attributes. It reads the multipart reply until
 //! `NLMSG_DONE` and returns one [`TcpSocket`] per kernel socket. One dump
-//! costs a handful of syscalls, so it is cheap enough to run every 100 ms.
+//! costs a handful of syscalls, so the two are cheap enough to run every 100 ms.
 //! [`DiagSocket::listening_ports`] dumps the `LISTEN` sockets instead, and
 //! [`Sampler`] dumps on a fixed period in a thread of its own.
 //!
-//! Only IPv4 (`AF_INET`) sockets are reported. A socket created as
-//! `AF_INET6` and carrying v4-mapped addresses (e.g. one accepted by a
-//! dual-stack listener on `::`) is an `AF_INET6` socket to the kernel and is
-//! not part of the dump.
+//! IPv4 and IPv6 sockets are both reported (the lab runs flows over either).
+//! A socket created as `AF_INET6` and carrying IPv4-mapped addresses (e.g.
+//! one accepted by a dual-stack listener on `::`) is reported with the IPv4
+//! addresses it talks on, as the per-ACK trace shows it.
 //!
 //! # What comes from crates, what is ours
 //!
@@ -104,7 +105,7 @@
 //! over from an aborted dump) are ignored.
 
 use std::io;
-use std::net::{IpAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr as IpSocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Mutex, PoisonError};
@@ -117,7 +118,7 @@ use netlink_packet_core::{
     NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
 use netlink_packet_sock_diag::{
-    constants::{AF_INET, INET_DIAG_CONG, INET_DIAG_INFO, IPPROTO_TCP},
+    constants::{AF_INET, AF_INET6, INET_DIAG_CONG, INET_DIAG_INFO, IPPROTO_TCP},
     inet::{ExtensionFlags, InetRequest, InetResponseHeader, SocketId, StateFlags},
     SockDiagMessage, SOCK_DIAG_BY_FAMILY,
 };
@@ -252,8 +253,8 @@ fn parse_err(detail: impl Into<String>) -> DiagError {
 /// One TCP socket as reported by inet_diag.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpSocket {
-    pub local: SocketAddrV4,
-    pub remote: SocketAddrV4,
+    pub local: IpSocketAddr,
+    pub remote: IpSocketAddr,
     /// `tcp_state::ESTABLISHED` (1), …
     pub state: u8,
     /// inet_diag socket cookie: unique per socket for the life of the
@@ -403,23 +404,30 @@ fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagError> {
         )));
     }
     let family = p[0];
-    if family != AF_INET {
+    if family != AF_INET && family != AF_INET6 {
         tracing::trace!(family, "sock_diag: skipping socket of another family");
         return Ok(None);
     }
     let h = InetResponseHeader::parse(&p[..INET_DIAG_MSG_LEN])
         .map_err(|e| parse_err(format!("inet_diag_msg: {e}")))?;
     let id = &h.socket_id;
-    let (IpAddr::V4(src), IpAddr::V4(dst)) = (id.source_address, id.destination_address) else {
-        return Err(parse_err("AF_INET socket with IPv6 addresses"));
+    // An IPv6 socket talking IPv4 (::ffff:a.b.c.d) as the IPv4 it talks.
+    let (src, dst) = match (family, id.source_address, id.destination_address) {
+        (AF_INET, s @ IpAddr::V4(_), d @ IpAddr::V4(_)) => (s, d),
+        (AF_INET6, IpAddr::V6(s), IpAddr::V6(d)) => (s.to_canonical(), d.to_canonical()),
+        _ => {
+            return Err(parse_err(
+                "socket addresses of another family than the socket's",
+            ))
+        }
     };
     // `__u32 idiag_cookie[2]`, each in host order, low word first.
     let c = id.cookie;
     let cookie_lo = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
     let cookie_hi = u32::from_ne_bytes([c[4], c[5], c[6], c[7]]);
     let mut sock = TcpSocket {
-        local: SocketAddrV4::new(src, id.source_port),
-        remote: SocketAddrV4::new(dst, id.destination_port),
+        local: IpSocketAddr::new(src, id.source_port),
+        remote: IpSocketAddr::new(dst, id.destination_port),
         state: h.state,
         cookie: u64::from(cookie_hi) << 32 | u64::from(cookie_lo),
         cc: None,
@@ -649,14 +657,14 @@ impl DiagSocket {
         })
     }
 
-    /// Dumps every IPv4 TCP socket in the states ESTABLISHED, FIN_WAIT1,
+    /// Dumps every IPv4 and IPv6 TCP socket in the states ESTABLISHED, FIN_WAIT1,
     /// FIN_WAIT2, CLOSE_WAIT, LAST_ACK, CLOSING ([`SENDER_STATES`]) with
     /// `tcp_info` and congestion-control name.
     pub fn tcp_sockets(&self) -> Result<Vec<TcpSocket>, DiagError> {
         self.tcp_sockets_in_states(SENDER_STATES)
     }
 
-    /// The local ports of the IPv4 TCP sockets in `LISTEN`.
+    /// The local ports of the IPv4 and IPv6 TCP sockets in `LISTEN`.
     pub fn listening_ports(&self) -> Result<Vec<u16>, DiagError> {
         Ok(self
             .tcp_sockets_in_states(tcp_state::bit(tcp_state::LISTEN))?
@@ -667,16 +675,28 @@ impl DiagSocket {
 
     /// Like [`tcp_sockets`](Self::tcp_sockets) for an arbitrary
     /// `idiag_states` mask (bit `1 << state`, see [`tcp_state::bit`]).
+    /// One dump per address family (`AF_INET`, then `AF_INET6`).
     pub fn tcp_sockets_in_states(&self, states: u32) -> Result<Vec<TcpSocket>, DiagError> {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match self.dump_once(&mut st, states) {
+        let mut all = self.dump_family(&mut st, AF_INET, states)?;
+        all.extend(self.dump_family(&mut st, AF_INET6, states)?);
+        Ok(all)
+    }
+
+    fn dump_family(
+        &self,
+        st: &mut DumpState,
+        family: u8,
+        states: u32,
+    ) -> Result<Vec<TcpSocket>, DiagError> {
+        match self.dump_once(st, family, states) {
             // Another dump on this socket is still in progress (one abandoned
             // without our knowledge, e.g. through a duplicated fd): finish
             // reading it, then ask again once.
             Err(DiagError::Kernel { source }) if source.raw_os_error() == Some(libc::EBUSY) => {
                 tracing::debug!("sock_diag dump refused with EBUSY; draining and retrying");
                 st.dirty = true;
-                self.dump_once(&mut st, states)
+                self.dump_once(st, family, states)
             }
             r => r,
         }
@@ -691,13 +711,18 @@ impl DiagSocket {
         })
     }
 
-    fn dump_once(&self, st: &mut DumpState, states: u32) -> Result<Vec<TcpSocket>, DiagError> {
+    fn dump_once(
+        &self,
+        st: &mut DumpState,
+        family: u8,
+        states: u32,
+    ) -> Result<Vec<TcpSocket>, DiagError> {
         if st.dirty {
             self.drain(st);
         }
         st.seq = st.seq.wrapping_add(1);
         let seq = st.seq;
-        let req = build_request(seq, AF_INET, states);
+        let req = build_request(seq, family, states);
         self.send(&req)?;
         st.dirty = true;
 
@@ -788,8 +813,8 @@ pub struct Sample {
 /// Everything a [`Sampler`] saw of one socket (one inet_diag cookie).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SocketTrack {
-    pub local: SocketAddrV4,
-    pub remote: SocketAddrV4,
+    pub local: IpSocketAddr,
+    pub remote: IpSocketAddr,
     pub cookie: u64,
     /// Congestion-control names in the order they were reported
     /// (`INET_DIAG_CONG`), repeats in a row collapsed: `["bpf_bbr"]` for a
@@ -1193,6 +1218,68 @@ mod tests {
         );
     }
 
+    /// AF_INET6 replies: IPv6 addresses as they are, an IPv4-mapped pair
+    /// (a dual-stack socket talking IPv4) as the IPv4 it talks.
+    #[test]
+    fn parses_ipv6_replies() {
+        let v6 = |src: [u8; 16], dst: [u8; 16]| {
+            let mut p = diag_msg(libc::AF_INET6 as u8, tcp_state::ESTABLISHED, &[]);
+            p[8..24].copy_from_slice(&src);
+            p[24..40].copy_from_slice(&dst);
+            p
+        };
+        let mut ula = [0u8; 16];
+        ula[..4].copy_from_slice(&[0xfd, 0, 0x0c, 0xcc]);
+        let (mut a, mut b) = (ula, ula);
+        a[15] = 1;
+        b[7] = 1;
+        b[15] = 2;
+        let mut mapped = [0u8; 16];
+        mapped[10..12].copy_from_slice(&[0xff, 0xff]);
+        let mut m1 = mapped;
+        m1[12..].copy_from_slice(&[198, 18, 0, 2]);
+        let mut d = nlmsg(SOCK_DIAG_BY_FAMILY, 2, 4, &v6(a, b));
+        d.extend(nlmsg(SOCK_DIAG_BY_FAMILY, 2, 4, &v6(m1, m1)));
+        d.extend(nlmsg(NLMSG_DONE, 2, 4, &0i32.to_ne_bytes()));
+        let mut out = Vec::new();
+        let mut dump = Dump::new(4, &mut out);
+        dump.feed(&d);
+        assert!(dump.done && dump.err.is_none(), "{:?}", dump.err);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].local, "[fd00:ccc::1]:40000".parse().expect("addr"));
+        assert_eq!(
+            out[0].remote,
+            "[fd00:ccc:0:1::2]:5201".parse().expect("addr")
+        );
+        assert_eq!(out[1].local, "198.18.0.2:40000".parse().expect("addr"));
+        assert_eq!(
+            build_request(1, libc::AF_INET6 as u8, SENDER_STATES)[16],
+            libc::AF_INET6 as u8
+        );
+    }
+
+    /// An IPv6 connection over ::1 is in the dump, its listener among the
+    /// listening ports.
+    #[test]
+    fn live_ipv6_loopback_connection() -> Result<(), Box<dyn std::error::Error>> {
+        let Ok(listener) = TcpListener::bind("[::1]:0") else {
+            panic!("no IPv6 loopback on this machine (::1)");
+        };
+        let server_addr = listener.local_addr()?;
+        let client = TcpStream::connect(server_addr)?;
+        let (_server, _) = listener.accept()?;
+        let diag = DiagSocket::open()?;
+        assert!(diag.listening_ports()?.contains(&server_addr.port()));
+        let all = diag.tcp_sockets()?;
+        let sock = all
+            .iter()
+            .find(|s| s.local == client.local_addr().expect("local") && s.remote == server_addr)
+            .ok_or("IPv6 client socket not in the dump")?;
+        assert_eq!(sock.local.ip(), IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
+        assert_eq!(sock.state, tcp_state::ESTABLISHED);
+        Ok(())
+    }
+
     #[test]
     fn kernel_error_reply() {
         let mut payload = (-libc::EBUSY).to_ne_bytes().to_vec();
@@ -1329,7 +1416,7 @@ mod tests {
         };
         let sock = sock.ok_or("client socket not in dump")?;
         eprintln!("client socket: {sock:#?}");
-        assert_eq!(sock.local.ip(), &Ipv4Addr::LOCALHOST);
+        assert_eq!(sock.local.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(sock.state, tcp_state::ESTABLISHED);
         assert_ne!(sock.cookie, 0);
         assert!(
@@ -1362,8 +1449,8 @@ mod tests {
 
     fn socket(cookie: u64, local_port: u16, cc: Option<&str>, acked: Option<u64>) -> TcpSocket {
         TcpSocket {
-            local: SocketAddrV4::new(Ipv4Addr::new(198, 18, 1, 1), local_port),
-            remote: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 5201),
+            local: IpSocketAddr::new(Ipv4Addr::new(198, 18, 1, 1).into(), local_port),
+            remote: IpSocketAddr::new(Ipv4Addr::new(198, 18, 0, 2).into(), 5201),
             state: tcp_state::ESTABLISHED,
             cookie,
             cc: cc.map(str::to_string),

@@ -64,6 +64,9 @@ pub struct ScenarioArgs {
     /// Bottleneck queue: tail_drop or fq_codel.
     #[arg(long)]
     pub aqm: Option<String>,
+    /// Run the flows over IPv6 (the testbed's fd00:ccc::/48; `ip = "v6"` in [link]).
+    #[arg(long)]
+    pub ipv6: bool,
     /// Flows, e.g. "cubic:1, bbr:1".
     #[arg(long)]
     pub flows: Option<String>,
@@ -173,6 +176,9 @@ impl ScenarioArgs {
         if let Some(v) = &self.aqm {
             link.insert("aqm".into(), v.clone().into());
         }
+        if self.ipv6 {
+            link.insert("ip".into(), "v6".into());
+        }
         let text = toml::to_string(&table).context("re-serializing the scenario")?;
         Scenario::from_toml(&text)
             .with_context(|| format!("scenario from {origin} with the command-line flags"))
@@ -256,7 +262,7 @@ fn check(args: CheckArgs) -> Result<()> {
             })
             .collect();
         println!(
-            "  run {:>3}: {:<11} link {} ({} / {} / {} = {} B) {}",
+            "  run {:>3}: {:<11} link {} ({} / {} / {} = {} B{}) {}",
             j.id,
             j.kind.as_str(),
             j.link_index + 1,
@@ -264,6 +270,11 @@ fn check(args: CheckArgs) -> Result<()> {
             j.link.rtt,
             j.link.buffer,
             j.link.buffer_bytes,
+            if j.link.ip == ccctl_lab::scenario::IpVersion::V6 {
+                ", IPv6"
+            } else {
+                ""
+            },
             flows.join(", ")
         );
     }

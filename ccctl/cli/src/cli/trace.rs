@@ -18,10 +18,11 @@ pub struct TraceArgs {
     /// Only flows with this local or remote port.
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
-    /// Only flows with this local end: IPV4, IPV4:PORT or :PORT (with --remote: a 4-tuple).
+    /// Only flows with this local end: IPV4[/LEN][:PORT], IPV6[/LEN], [IPV6[/LEN]]:PORT or :PORT
+    /// (with --remote: a 4-tuple). /LEN: a prefix; without it the address exactly.
     #[arg(long, value_name = "ADDR:PORT", value_parser = trace::Endpoint::parse)]
     pub local: Option<trace::Endpoint>,
-    /// Only flows with this remote end: IPV4, IPV4:PORT or :PORT.
+    /// Only flows with this remote end, written as --local's (e.g. 198.18.0.2:5201, [fd00:ccc::2]:5201).
     #[arg(long, value_name = "ADDR:PORT", value_parser = trace::Endpoint::parse)]
     pub remote: Option<trace::Endpoint>,
     /// Only every Nth ACK of each flow.
@@ -172,6 +173,31 @@ mod tests {
         assert!(e.contains("--duration"), "{e}");
         let e = parse(&["--follow", "--port", "70000"]).unwrap_err();
         assert!(e.contains("--port"), "{e}");
+        let e = parse(&["--follow", "--remote", "fd00:ccc::/129"]).unwrap_err();
+        assert!(
+            e.contains("--remote") && e.contains("an IPv6 prefix length is 0 to 128"),
+            "{e}"
+        );
+        let e = parse(&["--follow", "--local", "[198.18.0.1]:80"]).unwrap_err();
+        assert!(
+            e.contains("--local") && e.contains("brackets are for IPv6"),
+            "{e}"
+        );
+        let (o, _) = parse(&[
+            "--follow",
+            "--local",
+            "fd00:ccc::/48",
+            "--remote",
+            "[fd00:ccc::2]:5201",
+        ])
+        .unwrap()
+        .options()
+        .unwrap();
+        let cfg = o.filter.cfg(1);
+        assert_eq!(
+            (cfg.saddr_prefix, cfg.daddr_prefix, cfg.dport),
+            (48, 128, 5201)
+        );
         let a = parse(&["--follow", "--stall-ms", "500", "--per-rtt"]).unwrap();
         let (o, _) = a.options().unwrap();
         assert_eq!(o.stall, Some(std::time::Duration::from_millis(500)));
@@ -198,6 +224,10 @@ mod fuzz {
         }
     }
 
+    /// Endpoint-shaped text of both families: brackets, prefixes, ports,
+    /// out-of-range lengths and ports among them.
+    const ENDPOINTS: &str = "\\[?(([0-9a-f]{0,4}:){0,8}[0-9a-f]{0,4}|([0-9]{1,3}\\.){3}[0-9]{1,3})(/[0-9]{1,3})?\\]?(:[0-9]{0,6})?";
+
     const FLAGS: &[&str] = &[
         "--algo",
         "--port",
@@ -211,7 +241,7 @@ mod fuzz {
         #![proptest_config(config())]
 
         #[test]
-        fn trace_flags_are_refused_by_name_or_taken(flag: usize, value in prop_oneof!["\\PC{0,24}", "[0-9.:a-f\\[\\]-]{0,24}", "-?[0-9]{0,12}(\\.[0-9]{0,3})?(s|ms|min|h|us|x|)"]) {
+        fn trace_flags_are_refused_by_name_or_taken(flag: usize, value in prop_oneof!["\\PC{0,24}", "[0-9.:a-f\\[\\]-]{0,24}", "-?[0-9]{0,12}(\\.[0-9]{0,3})?(s|ms|min|h|us|x|)", ENDPOINTS]) {
             let flag = FLAGS[flag % FLAGS.len()];
             let argv = ["ccctl", "trace", "--follow", flag, value.as_str()];
             match Cli::try_parse_from(argv) {
@@ -221,6 +251,18 @@ mod fuzz {
                 }
                 Ok(Cli { command: Command::Trace(a), .. }) => match a.options() {
                     Ok((opts, _)) => {
+                        if flag == "--local" || flag == "--remote" {
+                            let e = if flag == "--local" { opts.filter.local } else { opts.filter.remote };
+                            let cfg = opts.filter.cfg(1);
+                            let prefix = if flag == "--local" { cfg.saddr_prefix } else { cfg.daddr_prefix };
+                            // An address is matched on at most its 128 bits, an IPv4 one IPv4-mapped.
+                            prop_assert!(prefix <= 128, "{value:?} -> /{prefix}");
+                            match e.addr {
+                                Some(std::net::IpAddr::V4(_)) => prop_assert!(prefix >= 96, "{value:?} -> /{prefix}"),
+                                Some(std::net::IpAddr::V6(_)) => {}
+                                None => prop_assert!(prefix == 0 && e.port.is_some(), "{value:?}"),
+                            }
+                        }
                         if flag == "--duration" {
                             let d = opts.duration.expect("--duration taken").as_secs_f64();
                             prop_assert!((0.0..=1e7).contains(&d), "{value:?} -> {d}");
@@ -233,6 +275,51 @@ mod fuzz {
                     }
                 },
                 Ok(_) => prop_assert!(false, "not parsed as trace"),
+            }
+        }
+
+        /// `--remote` built from parts (an address of either family, maybe
+        /// a prefix length, maybe a port, in the written forms): taken
+        /// exactly when every part is valid, and then holding those parts.
+        #[test]
+        fn remote_endpoints_of_both_families(bits: u128, v4: bool, len in proptest::option::of(0u16..200), port in proptest::option::of(0u32..70_000)) {
+            let addr: std::net::IpAddr = if v4 {
+                std::net::Ipv4Addr::from(bits as u32).into()
+            } else {
+                std::net::Ipv6Addr::from(bits).into()
+            };
+            let max = if v4 { 32 } else { 128 };
+            let a = match len { Some(l) => format!("{addr}/{l}"), None => addr.to_string() };
+            let text = match (port, v4) {
+                (None, _) => a,
+                (Some(p), true) => format!("{a}:{p}"),
+                (Some(p), false) => format!("[{a}]:{p}"),
+            };
+            let valid = len.is_none_or(|l| l <= max) && port.is_none_or(|p| (1..=65_535).contains(&p));
+            let argv = ["ccctl", "trace", "--follow", "--remote", text.as_str()];
+            match Cli::try_parse_from(argv) {
+                Ok(Cli { command: Command::Trace(a), .. }) => {
+                    prop_assert!(valid, "{text} taken");
+                    let e = a.remote.expect("--remote");
+                    prop_assert_eq!(e.addr, Some(addr));
+                    prop_assert_eq!(e.prefix.map(u16::from), len);
+                    prop_assert_eq!(e.port.map(u32::from), port);
+                    let (bytes, prefix) = e.cfg_addr();
+                    let want = match addr {
+                        std::net::IpAddr::V4(a) => (a.to_ipv6_mapped().octets(), 96 + len.unwrap_or(32)),
+                        std::net::IpAddr::V6(a) => (a.octets(), len.unwrap_or(128)),
+                    };
+                    prop_assert_eq!((bytes, u16::from(prefix)), want);
+                }
+                Ok(_) => prop_assert!(false, "not parsed as trace"),
+                Err(e) => {
+                    let m = e.to_string();
+                    prop_assert!(!valid, "{text} refused: {m}");
+                    prop_assert!(m.contains("--remote") && m.contains(&text), "{text}: {m}");
+                    if len.is_some_and(|l| l > max) {
+                        prop_assert!(m.contains(&format!("prefix length is 0 to {max}")), "{text}: {m}");
+                    }
+                }
             }
         }
     }

@@ -19,6 +19,8 @@
 //! out_dir = "/var/lib/ccctl/traces"
 //! algo = ["bbr"]              # default: every algorithm
 //! port = 0                    # local or remote port; 0 = any
+//! local = "198.18.0.0/15"      # optional: local end, as `ccctl trace --local`
+//! remote = "[fd00:ccc::2]:5201" # optional: remote end (IPv4 or IPv6, /LEN a prefix)
 //! sample = 1                  # every Nth ACK
 //! per_rtt = false             # at most one event per round trip
 //! rotate_size = "256MB"       # start a new file after this many bytes ...
@@ -36,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use ccctl_core::algos;
 use ccctl_core::params;
+use ccctl_core::trace::Endpoint;
 use ccctl_core::units::HumanDuration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -64,6 +67,12 @@ pub struct TraceConfig {
     pub algo: Vec<String>,
     #[serde(default)]
     pub port: u16,
+    /// Local end, written as `ccctl trace --local` takes it.
+    #[serde(default)]
+    pub local: Option<String>,
+    /// Remote end, written as `ccctl trace --remote` takes it.
+    #[serde(default)]
+    pub remote: Option<String>,
     #[serde(default = "one")]
     pub sample: u32,
     #[serde(default)]
@@ -136,6 +145,23 @@ pub fn check_host(h: &str) -> Result<(), String> {
             "`{h}` is not a host name (1-253 of a-z, A-Z, 0-9, '-', '.', '_', not starting with '.')"
         ))
     }
+}
+
+impl TraceConfig {
+    /// `local`, parsed; the error names `trace.local`.
+    pub fn local_endpoint(&self) -> Result<Option<Endpoint>, String> {
+        endpoint("trace.local", self.local.as_deref())
+    }
+
+    /// `remote`, parsed; the error names `trace.remote`.
+    pub fn remote_endpoint(&self) -> Result<Option<Endpoint>, String> {
+        endpoint("trace.remote", self.remote.as_deref())
+    }
+}
+
+fn endpoint(field: &str, text: Option<&str>) -> Result<Option<Endpoint>, String> {
+    text.map(|t| Endpoint::parse(t).map_err(|e| format!("{field}: {e}")))
+        .transpose()
 }
 
 fn one() -> u32 {
@@ -236,6 +262,8 @@ impl DaemonConfig {
             if t.sample == 0 {
                 return Err("trace.sample: must be at least 1 (1 = every ACK)".into());
             }
+            t.local_endpoint()?;
+            t.remote_endpoint()?;
             let size = parse_size(&t.rotate_size).map_err(|e| format!("trace.rotate_size: {e}"))?;
             if size < MIN_ROTATE_BYTES {
                 return Err(format!(
@@ -333,6 +361,19 @@ mod tests {
             ("[metrics]\nlisten = \"300.0.0.1:9560\"", "metrics.listen"),
             ("[metrics]\nlisten = 9560", "line 2"),
             ("[metrics]\nport = 9560", "unknown field `port`"),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nremote = \"fd00:ccc::/129\"",
+                "trace.remote: `fd00:ccc::/129`: prefix length `129`: an IPv6 prefix length is 0 to 128",
+            ),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nlocal = \"[fd00::1]:0\"",
+                "trace.local: `[fd00::1]:0`: port `0`",
+            ),
+            (
+                "[trace]\nout_dir = \"/tmp/x\"\nlocal = \"fd00::zz\"",
+                "trace.local: `fd00::zz`: `fd00::zz` is not an IPv4 or IPv6 address",
+            ),
+            ("[trace]\nout_dir = \"/tmp/x\"\nremote = 5", "remote"),
         ];
         for (text, needle) in cases {
             let e = DaemonConfig::from_toml(text).expect_err(text);
@@ -408,6 +449,23 @@ mod tests {
     }
 
     #[test]
+    fn trace_filters_of_both_families() {
+        let text = "[trace]\nout_dir = \"/tmp/x\"\nlocal = \"198.18.0.0/15\"\nremote = \"[fd00:ccc::2]:5201\"";
+        let cfg = DaemonConfig::from_toml(text).expect("valid");
+        let t = cfg.trace.expect("trace");
+        let l = t.local_endpoint().unwrap().expect("local");
+        let r = t.remote_endpoint().unwrap().expect("remote");
+        assert_eq!(
+            (l.addr, l.prefix, l.port),
+            (Some("198.18.0.0".parse().unwrap()), Some(15), None)
+        );
+        assert_eq!(
+            (r.addr, r.prefix, r.port),
+            (Some("fd00:ccc::2".parse().unwrap()), None, Some(5201))
+        );
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("256MB"), Ok(256_000_000));
         assert_eq!(parse_size("1MiB"), Ok(1 << 20));
@@ -472,6 +530,13 @@ mod fuzz {
         "\"flat\"",
         "\"../etc\"",
         "\"host=a\"",
+        "\"fd00:ccc::1\"",
+        "\"[fd00:ccc::2]:5201\"",
+        "\"fd00:ccc::/129\"",
+        "\"198.18.0.0/33\"",
+        "\"[198.18.0.1]:80\"",
+        "\"::/0\"",
+        "\"[fd00::1]:0\"",
     ];
 
     fn mutate(base: &str, line: usize, kind: u8, token: usize, junk: &str) -> String {
@@ -483,7 +548,11 @@ mod fuzz {
                     .map_or(l.to_string(), |r| format!("[[{r}"))
             })
             .map(|l| {
-                if l.starts_with("# name") || l.starts_with("# params") {
+                if l.starts_with("# name")
+                    || l.starts_with("# params")
+                    || l.starts_with("# local")
+                    || l.starts_with("# remote")
+                {
                     l[2..].to_string()
                 } else {
                     l

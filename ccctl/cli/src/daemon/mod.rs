@@ -176,7 +176,11 @@ fn trace_filter(cfg: &config::TraceConfig) -> Result<trace::Filter> {
         (cfg.port != 0).then_some(cfg.port),
         Some(cfg.sample),
         cfg.per_rtt,
-    )?)
+    )?
+    .with_endpoints(
+        cfg.local_endpoint().map_err(anyhow::Error::msg)?,
+        cfg.remote_endpoint().map_err(anyhow::Error::msg)?,
+    ))
 }
 
 /// What the daemon has done to the system, to undo on exit.

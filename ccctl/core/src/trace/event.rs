@@ -1,14 +1,12 @@
 //! One ring-buffer sample: decoding `struct ccctl_event` (the layout comes
 //! from bindgen, see [`crate::abi`]) and naming its enumerations.
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use crate::abi::{self, Plain};
 
 /// Size of one event as the BPF side writes it.
 pub const EVENT_SIZE: usize = std::mem::size_of::<abi::ccctl_event>();
 const _: () = assert!(EVENT_SIZE == abi::CCCTL_EVENT_SIZE as usize);
-
-const AF_INET6: u16 = libc::AF_INET6 as u16;
 
 /// A sample shorter than `struct ccctl_event`: the BPF objects and this
 /// binary disagree on the ABI.
@@ -33,20 +31,25 @@ pub fn to_bytes(ev: &abi::ccctl_event) -> [u8; EVENT_SIZE] {
     out
 }
 
-/// An address field (network order, as stored by the kernel) as an IPv4 address.
+/// An address field of an event or of `trace_cfg` (16 bytes in network
+/// order, IPv4 written IPv4-mapped `::ffff:a.b.c.d`, see `ccctl_abi.h`) as
+/// an address: IPv4 when it is IPv4-mapped, IPv6 otherwise.
 #[inline]
-pub fn ipv4(addr_be: u32) -> Ipv4Addr {
-    Ipv4Addr::from(u32::from_be(addr_be))
+pub fn addr(bytes: [u8; 16]) -> IpAddr {
+    Ipv6Addr::from(bytes).to_canonical()
 }
 
-/// An address as written in traces: `a.b.c.d`, or empty for an IPv6 flow
-/// (the event carries IPv4 addresses only; IPv4-mapped IPv6 sockets do have one).
-pub fn addr_string(family: u16, addr_be: u32) -> String {
-    if family == AF_INET6 && addr_be == 0 {
-        String::new()
-    } else {
-        ipv4(addr_be).to_string()
+/// An address as the BPF side writes it: IPv6 as is, IPv4 IPv4-mapped.
+pub fn addr_bytes(addr: IpAddr) -> [u8; 16] {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
     }
+}
+
+/// An address as written in traces: `198.18.0.1`, `fd00:ccc::1`.
+pub fn addr_string(bytes: [u8; 16]) -> String {
+    addr(bytes).to_string()
 }
 
 /// Every algorithm that can emit events, by its `CCCTL_ALGO_*` id, with the
@@ -209,8 +212,8 @@ mod tests {
         abi::ccctl_event {
             ts_ns: 123_456_789_000,
             flow_id: 7,
-            saddr: u32::from(Ipv4Addr::new(10, 0, 0, 1)).to_be(),
-            daddr: u32::from(Ipv4Addr::new(10, 0, 1, 2)).to_be(),
+            saddr: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
+            daddr: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 1, 2],
             sport: 40_000,
             dport: 5201,
             family: libc::AF_INET as u16,
@@ -255,23 +258,27 @@ mod tests {
     fn decodes_a_hand_built_event() {
         let ev = sample_event();
         let bytes = to_bytes(&ev);
-        assert_eq!(bytes.len(), 224);
+        assert_eq!(bytes.len(), 248);
         // Offsets from the header, checked independently of bindgen.
         assert_eq!(&bytes[0..8], &123_456_789_000u64.to_ne_bytes());
-        assert_eq!(&bytes[16..20], &[10, 0, 0, 1]);
-        assert_eq!(bytes[30], abi::CCCTL_ALGO_BBR as u8);
-        assert_eq!(&bytes[104..112], &1_200_000u64.to_ne_bytes());
-        assert_eq!(&bytes[128..132], &512u32.to_ne_bytes());
-        assert_eq!(&bytes[132..136], &256u32.to_ne_bytes());
-        assert_eq!(&bytes[136..140], &9_000u32.to_ne_bytes());
-        assert_eq!(&bytes[140..144], &71_000u32.to_ne_bytes());
-        assert_eq!(&bytes[160..168], &250_000u64.to_ne_bytes());
-        assert_eq!(&bytes[168..176], &2_000_000u64.to_ne_bytes());
-        assert_eq!(bytes[176], 1);
-        assert_eq!(&bytes[180..184], &2u32.to_ne_bytes());
-        assert_eq!(&bytes[188..192], &3u32.to_ne_bytes());
-        assert_eq!(&bytes[196..200], &4u32.to_ne_bytes());
-        assert_eq!(&bytes[216..224], &5u64.to_ne_bytes());
+        // IPv4 as ::ffff:a.b.c.d (RFC 4291 2.5.5.2), remote after the local.
+        assert_eq!(&bytes[16..28], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(&bytes[28..32], &[10, 0, 0, 1]);
+        assert_eq!(&bytes[44..48], &[10, 0, 1, 2]);
+        assert_eq!(&bytes[48..50], &40_000u16.to_ne_bytes());
+        assert_eq!(bytes[54], abi::CCCTL_ALGO_BBR as u8);
+        assert_eq!(&bytes[128..136], &1_200_000u64.to_ne_bytes());
+        assert_eq!(&bytes[152..156], &512u32.to_ne_bytes());
+        assert_eq!(&bytes[156..160], &256u32.to_ne_bytes());
+        assert_eq!(&bytes[160..164], &9_000u32.to_ne_bytes());
+        assert_eq!(&bytes[164..168], &71_000u32.to_ne_bytes());
+        assert_eq!(&bytes[184..192], &250_000u64.to_ne_bytes());
+        assert_eq!(&bytes[192..200], &2_000_000u64.to_ne_bytes());
+        assert_eq!(bytes[200], 1);
+        assert_eq!(&bytes[204..208], &2u32.to_ne_bytes());
+        assert_eq!(&bytes[212..216], &3u32.to_ne_bytes());
+        assert_eq!(&bytes[220..224], &4u32.to_ne_bytes());
+        assert_eq!(&bytes[240..248], &5u64.to_ne_bytes());
         // Unaligned, and with a longer sample (appended fields are ignored).
         let mut buf = vec![0u8; 1];
         buf.extend_from_slice(&bytes);
@@ -279,8 +286,8 @@ mod tests {
         let d = decode(&buf[1..]).expect("decodes");
         assert_eq!(d.ts_ns, 123_456_789_000);
         assert_eq!(d.flow_id, 7);
-        assert_eq!(ipv4(d.saddr), Ipv4Addr::new(10, 0, 0, 1));
-        assert_eq!(addr_string(d.family, d.daddr), "10.0.1.2");
+        assert_eq!(addr(d.saddr), "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(addr_string(d.daddr), "10.0.1.2");
         assert_eq!((d.sport, d.dport), (40_000, 5201));
         assert_eq!(algo_name(d.algo), "bpf_bbr");
         assert_eq!(ca_state_name(d.ca_state), "recovery");
@@ -313,10 +320,10 @@ mod tests {
     #[test]
     fn rejects_short_samples() {
         let bytes = to_bytes(&sample_event());
-        assert_eq!(decode(&bytes[..223]).err(), Some(ShortSample { len: 223 }));
+        assert_eq!(decode(&bytes[..247]).err(), Some(ShortSample { len: 247 }));
         assert_eq!(decode(&[]).err(), Some(ShortSample { len: 0 }));
         let msg = decode(&bytes[..8]).unwrap_err().to_string();
-        assert!(msg.contains("8 bytes") && msg.contains("224"), "{msg}");
+        assert!(msg.contains("8 bytes") && msg.contains("248"), "{msg}");
     }
 
     #[test]
@@ -336,6 +343,17 @@ mod tests {
             "{}",
             algo_choices()
         );
-        assert_eq!(addr_string(AF_INET6, 0), "");
+    }
+
+    #[test]
+    fn addresses_of_both_families_as_text() {
+        let v6: [u8; 16] = [0xfd, 0, 0x0c, 0xcc, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert_eq!(addr_string(v6), "fd00:ccc::1");
+        assert_eq!(addr_bytes("fd00:ccc::1".parse().unwrap()), v6);
+        let mapped = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 1];
+        assert_eq!(addr_string(mapped), "198.18.0.1");
+        assert_eq!(addr_bytes("198.18.0.1".parse().unwrap()), mapped);
+        // An AF_INET6 socket's unspecified address stays IPv6.
+        assert_eq!(addr_string([0; 16]), "::");
     }
 }

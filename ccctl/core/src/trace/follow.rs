@@ -86,8 +86,8 @@ impl FollowTable {
         );
         for (id, row) in &self.flows {
             let e = &row.last;
-            let local = endpoint(e.family, e.saddr, e.sport);
-            let remote = endpoint(e.family, e.daddr, e.dport);
+            let local = endpoint(e.saddr, e.sport);
+            let remote = endpoint(e.daddr, e.dport);
             let (mode, btl_bw) = if event::is_bbr_family(e.algo) {
                 let mut mode = event::bbr_mode_name(e.bbr_mode).to_string();
                 if e.modest_phase != 0 {
@@ -134,13 +134,9 @@ impl FollowTable {
     }
 }
 
-fn endpoint(family: u16, addr_be: u32, port: u16) -> String {
-    let addr = event::addr_string(family, addr_be);
-    if addr.is_empty() {
-        format!("[ipv6]:{port}")
-    } else {
-        format!("{addr}:{port}")
-    }
+/// `198.18.0.1:5201` or `[fd00:ccc::1]:5201`, as `ss` writes them.
+fn endpoint(addr: [u8; 16], port: u16) -> String {
+    std::net::SocketAddr::new(event::addr(addr), port).to_string()
 }
 
 #[cfg(test)]
@@ -169,7 +165,7 @@ mod tests {
             .find(|l| l.split_whitespace().next() == Some(&last.flow_id.to_string()))
             .unwrap();
         assert!(
-            line.contains(&format!("{}:{}", event::ipv4(last.saddr), last.sport)),
+            line.contains(&format!("[fd00:ccc::f:1]:{}", last.sport)),
             "{line}"
         );
         assert!(line.contains(event::algo_name(last.algo)), "{line}");

@@ -209,7 +209,32 @@ mod tests {
     #[test]
     fn trace_cfg_has_no_padding() {
         // write_cfg hands the struct's bytes to the kernel as they are.
-        assert_eq!(size_of::<abi::ccctl_trace_cfg>(), 40);
-        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, session), 32);
+        // Field sizes add up to the struct's size: no implicit padding.
+        let c = abi::ccctl_trace_cfg::default();
+        let fields = [
+            size_of_val(&c.enabled),
+            size_of_val(&c.algo_mask),
+            size_of_val(&c.port),
+            size_of_val(&c.sport),
+            size_of_val(&c.dport),
+            size_of_val(&c.sample_every),
+            size_of_val(&c.once_per_rtt),
+            size_of_val(&c.saddr),
+            size_of_val(&c.daddr),
+            size_of_val(&c.saddr_prefix),
+            size_of_val(&c.daddr_prefix),
+            size_of_val(&c.pad0),
+            size_of_val(&c.pad1),
+            size_of_val(&c.session),
+        ];
+        assert_eq!(
+            fields.iter().sum::<usize>(),
+            size_of::<abi::ccctl_trace_cfg>()
+        );
+        assert_eq!(size_of::<abi::ccctl_trace_cfg>(), 72);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, saddr), 24);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, daddr), 40);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, saddr_prefix), 56);
+        assert_eq!(std::mem::offset_of!(abi::ccctl_trace_cfg, session), 64);
     }
 }

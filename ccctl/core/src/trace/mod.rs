@@ -122,33 +122,115 @@ pub struct Filter {
     algo_mask: u32,
 }
 
-/// One end of a 4-tuple filter: `198.18.1.1:5201`, `198.18.1.1` or `:5201`.
+/// One end of a 4-tuple filter: an address (IPv4 or IPv6, exact or a
+/// prefix), a port, or both.
+///
+/// | written | means |
+/// |---|---|
+/// | `198.18.1.1`, `198.18.0.0/15` | IPv4 address or prefix |
+/// | `198.18.1.1:5201`, `198.18.0.0/15:5201` | ... and port |
+/// | `fd00:ccc::1`, `fd00:ccc::/48` | IPv6 address or prefix, no port: every colon belongs to the address (`fd00::1:5201` is an address) |
+/// | `[fd00:ccc::1]:5201`, `[fd00:ccc::/48]:5201` | IPv6 and port: brackets, as in URLs and `ss` |
+/// | `:5201` | port only |
+///
+/// An IPv4 filter also matches a dual-stack IPv6 socket talking IPv4
+/// (`::ffff:a.b.c.d`); `::/0` matches every flow, `0.0.0.0/0` every IPv4 one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Endpoint {
-    pub addr: Option<std::net::Ipv4Addr>,
+    pub addr: Option<std::net::IpAddr>,
+    /// Leading bits of `addr` that must match; `None`: all of them (exact).
+    pub prefix: Option<u8>,
     pub port: Option<u16>,
 }
 
+const ENDPOINT_FORMS: &str = "expected IPV4[/LEN][:PORT], IPV6[/LEN], [IPV6[/LEN]]:PORT or :PORT, \
+e.g. 198.18.1.1:5201, fd00:ccc::1, [fd00:ccc::1]:5201";
+
 impl Endpoint {
     pub fn parse(s: &str) -> Result<Endpoint, String> {
-        let bad = || format!("`{s}`: expected IPV4, IPV4:PORT or :PORT, e.g. 198.18.1.1:5201");
-        let (a, p) = match s.rsplit_once(':') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
+        let bad = |why: &str| format!("`{s}`: {why}; {ENDPOINT_FORMS}");
+        let port = |p: &str| -> Result<u16, String> {
+            p.parse::<u16>()
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or_else(|| bad(&format!("port `{p}` is not a port number from 1 to 65535")))
         };
-        let addr = if a.is_empty() {
-            None
+        // Split into (address part, port part).
+        let (a, p, bracketed) = if let Some(rest) = s.strip_prefix('[') {
+            let (inside, after) = rest
+                .split_once(']')
+                .ok_or_else(|| bad("`[` without its `]`"))?;
+            let p = if after.is_empty() {
+                None
+            } else {
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| bad("after `]` comes `:PORT` or nothing"))?,
+                )
+            };
+            (inside, p, true)
+        } else if let Some(p) = s.strip_prefix(':').filter(|p| !p.contains(':')) {
+            ("", Some(p), false)
+        } else if s.matches(':').count() >= 2 {
+            (s, None, false)
         } else {
-            Some(a.parse().map_err(|_| bad())?)
+            match s.split_once(':') {
+                Some((a, p)) => (a, Some(p), false),
+                None => (s, None, false),
+            }
         };
-        let port = match p {
-            Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(bad)?),
-            None => None,
-        };
-        if addr.is_none() && port.is_none() {
-            return Err(bad());
+        if a.is_empty() {
+            if bracketed {
+                return Err(bad("empty `[]`"));
+            }
+            return match p.map(port).transpose()? {
+                Some(port) => Ok(Endpoint {
+                    port: Some(port),
+                    ..Endpoint::default()
+                }),
+                None => Err(bad("no address and no port")),
+            };
         }
-        Ok(Endpoint { addr, port })
+        // The address first, then the port: problems named left to right.
+        let (addr_text, len_text) = match a.split_once('/') {
+            Some((x, l)) => (x, Some(l)),
+            None => (a, None),
+        };
+        let addr: std::net::IpAddr = addr_text
+            .parse()
+            .map_err(|_| bad(&format!("`{addr_text}` is not an IPv4 or IPv6 address")))?;
+        if bracketed && addr.is_ipv4() {
+            return Err(bad("brackets are for IPv6 addresses; write IPV4:PORT"));
+        }
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let family = if addr.is_ipv4() { "IPv4" } else { "IPv6" };
+        let prefix = match len_text {
+            None => None,
+            Some(l) => Some(l.parse::<u8>().ok().filter(|&n| n <= max).ok_or_else(|| {
+                bad(&format!(
+                    "prefix length `{l}`: an {family} prefix length is 0 to {max}"
+                ))
+            })?),
+        };
+        Ok(Endpoint {
+            addr: Some(addr),
+            prefix,
+            port: p.map(port).transpose()?,
+        })
+    }
+
+    /// The address as `trace_cfg` holds it (16 bytes, IPv4 IPv4-mapped) and
+    /// how many of its leading bits must match (0: any address).
+    pub fn cfg_addr(&self) -> ([u8; 16], u8) {
+        match self.addr {
+            None => ([0; 16], 0),
+            Some(a @ std::net::IpAddr::V4(_)) => (
+                event::addr_bytes(a),
+                abi::CCCTL_ADDR_V4MAPPED_PREFIX as u8 + self.prefix.unwrap_or(32),
+            ),
+            Some(a @ std::net::IpAddr::V6(_)) => (event::addr_bytes(a), self.prefix.unwrap_or(128)),
+        }
     }
 }
 
@@ -222,19 +304,22 @@ impl Filter {
 
     /// The `trace_cfg` entry that turns tracing on with these filters.
     pub fn cfg(&self, session: u64) -> abi::ccctl_trace_cfg {
-        // Addresses as the kernel keeps them: network byte order in memory.
-        let be = |a: Option<std::net::Ipv4Addr>| a.map_or(0, |a| u32::from_ne_bytes(a.octets()));
+        let (saddr, saddr_prefix) = self.local.cfg_addr();
+        let (daddr, daddr_prefix) = self.remote.cfg_addr();
         abi::ccctl_trace_cfg {
             enabled: 1,
             algo_mask: self.algo_mask,
-            saddr: be(self.local.addr),
-            daddr: be(self.remote.addr),
+            saddr,
+            daddr,
+            saddr_prefix,
+            daddr_prefix,
             sport: self.local.port.unwrap_or(0),
             dport: self.remote.port.unwrap_or(0),
             port: self.port.unwrap_or(0) as u32,
             sample_every: self.sample_every,
             once_per_rtt: self.once_per_rtt as u32,
             session,
+            ..Default::default()
         }
     }
 
@@ -264,8 +349,80 @@ mod tests {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
         let cfg = Filter::default().with_endpoints(Some(l), Some(r)).cfg(1);
-        assert_eq!(cfg.saddr.to_ne_bytes(), [198, 18, 1, 1]);
-        assert_eq!((cfg.sport, cfg.dport, cfg.daddr), (5201, 443, 0));
+        // IPv4 written ::ffff:a.b.c.d, all 32 bits of the IPv4 address compared.
+        assert_eq!(
+            cfg.saddr,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 1, 1]
+        );
+        assert_eq!(cfg.saddr_prefix, 128);
+        assert_eq!((cfg.sport, cfg.dport), (5201, 443));
+        assert_eq!((cfg.daddr, cfg.daddr_prefix), ([0; 16], 0));
+    }
+
+    #[test]
+    fn ipv6_endpoints_and_prefixes() {
+        let ula = [0xfd, 0, 0x0c, 0xcc, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        let cases: &[(&str, [u8; 16], u8, Option<u16>)] = &[
+            ("fd00:ccc::1", ula, 128, None),
+            ("[fd00:ccc::1]:5201", ula, 128, Some(5201)),
+            ("fd00:ccc::1/48", ula, 48, None),
+            ("[fd00:ccc::1/48]:80", ula, 48, Some(80)),
+            // Every colon of a bare IPv6 endpoint belongs to the address.
+            (
+                "fd00::1:5201",
+                [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x52, 0x01],
+                128,
+                None,
+            ),
+            ("::/0", [0; 16], 0, None),
+            (
+                "198.18.0.0/15:5201",
+                [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 0],
+                96 + 15,
+                Some(5201),
+            ),
+            (
+                "0.0.0.0/0",
+                [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 0, 0],
+                96,
+                None,
+            ),
+        ];
+        for (text, bytes, prefix, port) in cases {
+            let e = Endpoint::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(e.cfg_addr(), (*bytes, *prefix), "{text}");
+            assert_eq!(e.port, *port, "{text}");
+        }
+        for (bad, says) in [
+            ("fd00::/129", "an IPv6 prefix length is 0 to 128"),
+            ("198.18.0.0/33", "an IPv4 prefix length is 0 to 32"),
+            ("198.18.0.0/-1", "prefix length `-1`"),
+            ("[fd00::1]:0", "port `0`"),
+            ("[fd00::1]:65536", "port `65536`"),
+            ("[fd00::1", "without its `]`"),
+            ("[fd00::1]5201", "after `]`"),
+            ("[198.18.0.1]:80", "brackets are for IPv6"),
+            ("[]:80", "empty `[]`"),
+            ("fd00::g", "not an IPv4 or IPv6 address"),
+            (":::", "not an IPv4 or IPv6 address"),
+        ] {
+            let e = Endpoint::parse(bad).expect_err(bad);
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+        let f = Filter::default().with_endpoints(
+            Some(Endpoint::parse("fd00:ccc::/48").unwrap()),
+            Some(Endpoint::parse("[fd00:ccc::2]:5201").unwrap()),
+        );
+        let cfg = f.cfg(1);
+        assert_eq!((cfg.saddr_prefix, cfg.daddr_prefix), (48, 128));
+        assert_eq!(cfg.daddr[15], 2);
+        assert_eq!(cfg.dport, 5201);
+        assert!(
+            f.to_json()
+                .contains(r#""remote":{"addr":"fd00:ccc::2","prefix":null,"port":5201}"#),
+            "{}",
+            f.to_json()
+        );
     }
 
     #[test]
@@ -285,14 +442,14 @@ mod tests {
             (1 << abi::CCCTL_ALGO_BBR) | (1 << abi::CCCTL_ALGO_DSTAR)
         );
         assert_eq!((cfg.port, cfg.sport, cfg.dport), (5201, 0, 0));
-        assert_eq!((cfg.saddr, cfg.daddr), (0, 0));
+        assert_eq!((cfg.saddr_prefix, cfg.daddr_prefix), (0, 0));
         assert_eq!(
             (cfg.sample_every, cfg.once_per_rtt, cfg.session),
             (10, 1, 42)
         );
         assert_eq!(
             f.to_json(),
-            r#"{"algos":["bpf_bbr","dstar"],"port":5201,"sample_every":10,"once_per_rtt":true,"local":{"addr":null,"port":null},"remote":{"addr":null,"port":null}}"#
+            r#"{"algos":["bpf_bbr","dstar"],"port":5201,"sample_every":10,"once_per_rtt":true,"local":{"addr":null,"prefix":null,"port":null},"remote":{"addr":null,"prefix":null,"port":null}}"#
         );
 
         let all = Filter::new(&[], None, None, false).unwrap().cfg(1);

@@ -11,11 +11,15 @@ pub fn synthetic_event(i: u64) -> abi::ccctl_event {
     abi::ccctl_event {
         ts_ns: 1_000_000_000 + i * 1_500,
         flow_id: flow + 1,
-        saddr: u32::from_be_bytes([10, 0, flow as u8, 1]).to_be(),
-        daddr: u32::from_be_bytes([10, 1, flow as u8, 2]).to_be(),
+        saddr: synthetic_addr(flow, 0, 1),
+        daddr: synthetic_addr(flow, 1, 2),
         sport: 40_000 + flow as u16,
         dport: 5201,
-        family: libc::AF_INET as u16,
+        family: if flow % 4 == 3 {
+            libc::AF_INET6
+        } else {
+            libc::AF_INET
+        } as u16,
         algo,
         ca_state: if wave < 950 { 0 } else { 3 },
         cwnd: 10 + wave as u32,
@@ -64,5 +68,25 @@ pub fn synthetic_event(i: u64) -> abi::ccctl_event {
         dstar_gain_cwnd: (i % 7) as u32,
         dstar_min_rtt_us: (i % 2) as u32,
         ..Default::default()
+    }
+}
+
+/// Flow `flow`'s address (16 bytes as in an event): IPv6 `fd00:ccc:0:NET::FLOW:HOST`
+/// for every fourth flow (`flow % 4 == 3`), else IPv4 `10.NET.FLOW.HOST`
+/// (IPv4-mapped).
+pub fn synthetic_addr(flow: u64, net: u8, host: u8) -> [u8; 16] {
+    if flow % 4 == 3 {
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&[0xfd, 0x00, 0x0c, 0xcc]);
+        a[7] = net;
+        a[13] = flow as u8;
+        a[15] = host;
+        a
+    } else {
+        let mut a = [0u8; 16];
+        a[10] = 0xff;
+        a[11] = 0xff;
+        a[12..].copy_from_slice(&[10, net, flow as u8, host]);
+        a
     }
 }

@@ -14,14 +14,16 @@
 //!   does: no crate of the netlink family speaks it (the ethtool netlink
 //!   family has an async-only client), so it stays ours, one `unsafe` call.
 //! - Interface indexes come from rustix (`SIOCGIFINDEX`).
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL,
     NLM_F_REQUEST,
 };
-use netlink_packet_route::address::{AddressAttribute, AddressMessage, AddressScope};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
+};
 use netlink_packet_route::link::{LinkFlags, LinkMessage};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -59,16 +61,16 @@ pub(super) fn veth_line(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str, mtu: u
 pub(super) struct NsSetup {
     pub(super) ns: String,
     /// `(key, value)` as `sysctl -w key=value` takes them (`net.ipv4.…`).
-    pub(super) sysctls: Vec<(&'static str, &'static str)>,
+    pub(super) sysctls: Vec<(String, String)>,
     /// Devices to bring up (`ip link set DEV up`).
     pub(super) up: Vec<String>,
     /// Devices to turn TSO, GSO and GRO off on (`ethtool -K DEV tso off gso
     /// off gro off`).
     pub(super) no_offloads: Vec<String>,
     /// `ip addr add ADDR/LEN dev DEV`.
-    pub(super) addrs: Vec<(String, Ipv4Addr, u8)>,
+    pub(super) addrs: Vec<(String, IpAddr, u8)>,
     /// `ip route add default via GW`.
-    pub(super) gateway: Option<Ipv4Addr>,
+    pub(super) gateway: Option<IpAddr>,
 }
 
 impl NsSetup {
@@ -101,7 +103,7 @@ impl NsSetup {
                 source,
             }
         };
-        for &(key, value) in &self.sysctls {
+        for (key, value) in &self.sysctls {
             // Opened by this thread, so resolved in its namespace.
             let path = format!("/proc/sys/{}", key.replace('.', "/"));
             std::fs::write(&path, value).map_err(err(format!("setting {key}={value}")))?;
@@ -134,7 +136,7 @@ impl NsSetup {
 /// (`ip -n NS neigh replace IP lladdr MAC dev DEV nud permanent`): across a
 /// sender gate, ARP requests and replies wait at closed gates, and connects
 /// failed with "No route to host" in 2 of 5 gated testbeds without them.
-pub(super) fn neigh_permanent(ns: &str, dev: &str, ip: Ipv4Addr, mac: &str) -> Result<()> {
+pub(super) fn neigh_permanent(ns: &str, dev: &str, ip: IpAddr, mac: &str) -> Result<()> {
     let ip = ip.to_string();
     super::exec::run(std::process::Command::new("ip").args([
         "-n",
@@ -446,17 +448,25 @@ impl Rtnl {
         self.request(RouteNetlinkMessage::NewLink(m), 0)
     }
 
-    /// `ip addr add ADDR/LEN dev DEV`.
-    fn addr_add(&mut self, index: u32, addr: Ipv4Addr, len: u8) -> std::io::Result<()> {
+    /// `ip addr add ADDR/LEN dev DEV` (IPv6: `... nodad`, usable at once).
+    fn addr_add(&mut self, index: u32, addr: IpAddr, len: u8) -> std::io::Result<()> {
         let mut m = AddressMessage::default();
-        m.header.family = AddressFamily::Inet;
+        m.header.family = match addr {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
         m.header.prefix_len = len;
         m.header.scope = AddressScope::Universe;
         m.header.index = index;
         m.attributes = vec![
-            AddressAttribute::Local(IpAddr::V4(addr)),
-            AddressAttribute::Address(IpAddr::V4(addr)),
+            AddressAttribute::Local(addr),
+            AddressAttribute::Address(addr),
         ];
+        if addr.is_ipv6() {
+            m.header.flags = AddressHeaderFlags::Nodad;
+            m.attributes
+                .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        }
         self.request(
             RouteNetlinkMessage::NewAddress(m),
             NLM_F_CREATE | NLM_F_EXCL,
@@ -464,14 +474,17 @@ impl Rtnl {
     }
 
     /// `ip route add default via GW` (main table).
-    fn default_route(&mut self, gw: Ipv4Addr) -> std::io::Result<()> {
+    fn default_route(&mut self, gw: IpAddr) -> std::io::Result<()> {
         let mut m = RouteMessage::default();
-        m.header.address_family = AddressFamily::Inet;
+        m.header.address_family = match gw {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
         m.header.table = RouteHeader::RT_TABLE_MAIN;
         m.header.protocol = RouteProtocol::Boot;
         m.header.scope = RouteScope::Universe;
         m.header.kind = RouteType::Unicast;
-        m.attributes = vec![RouteAttribute::Gateway(RouteAddress::Inet(gw))];
+        m.attributes = vec![RouteAttribute::Gateway(RouteAddress::from(gw))];
         self.request(RouteNetlinkMessage::NewRoute(m), NLM_F_CREATE | NLM_F_EXCL)
     }
 }
@@ -507,17 +520,18 @@ mod tests {
 
     #[test]
     fn failed_ns_setup_names_namespace_and_step() {
+        use std::net::Ipv4Addr;
         let ns = super::super::netns::ScratchNs::new().unwrap();
         let mut s = NsSetup::new(&ns.0);
         s.addrs
-            .push(("nodev0".into(), Ipv4Addr::new(198, 18, 0, 1), 24));
+            .push(("nodev0".into(), Ipv4Addr::new(198, 18, 0, 1).into(), 24));
         let msg = s.apply().unwrap_err().to_string();
         assert!(
             msg.contains(&format!("namespace {}: looking up nodev0", ns.0)),
             "{msg}"
         );
         let mut s = NsSetup::new(&ns.0);
-        s.gateway = Some(Ipv4Addr::new(198, 18, 0, 1)); // unreachable: no address
+        s.gateway = Some(Ipv4Addr::new(198, 18, 0, 1).into()); // unreachable: no address
         let msg = s.apply().unwrap_err().to_string();
         assert!(
             msg.contains("adding default route via 198.18.0.1 (RTM_NEWROUTE)"),

@@ -61,8 +61,14 @@
 //! and counters). This module is the builder: configuration, roles, and
 //! [`Testbed`] itself.
 //!
-//! Addresses (all in 198.18.0.0/15): receiver link 198.18.0.0/24 (router .1,
-//! receiver .2), sender N link 198.18.(N+1).0/24 (sender .1, router .2).
+//! Addresses, IPv4 (all in 198.18.0.0/15, the default): receiver link
+//! 198.18.0.0/24 (router .1, receiver .2), sender N link 198.18.(N+1).0/24
+//! (sender .1, router .2). IPv6 ([`IpVersion::V6`], unique local addresses
+//! in fd00:ccc::/48, used inside these namespaces only): receiver link
+//! fd00:ccc::/64 (router ::1, receiver ::2), sender N link fd00:ccc:N+1::/64
+//! (sender ::1, router ::2). IPv6 addresses skip duplicate address detection
+//! (`IFA_F_NODAD`, and `accept_dad = 0` on every testbed device before it
+//! goes up, for the link-local ones too), so they are usable at once.
 //!
 //! Namespace names are `ccctl-<pid>-<seq>-<role>`; [`sweep_stale`] removes
 //! namespaces left behind by dead processes.
@@ -86,7 +92,7 @@ pub use qdisc::{
 };
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread;
@@ -142,6 +148,12 @@ pub struct SenderConfig {
     pub gate: Option<Gate>,
 }
 
+/// `fd00:ccc:NET::HOST`: the testbed's IPv6 unique local addresses (RFC
+/// 4193), in our own namespaces only, as 198.18.0.0/15 is for IPv4.
+fn ula(net: u16, host: u16) -> IpAddr {
+    Ipv6Addr::new(0xfd00, 0x0ccc, net, 0, 0, 0, 0, host).into()
+}
+
 /// MAC addresses of gated sender `i`'s link: (sender end, router end), for
 /// the permanent neighbour entries.
 fn gate_macs(i: usize) -> (String, String) {
@@ -149,6 +161,14 @@ fn gate_macs(i: usize) -> (String, String) {
         format!("02:cc:00:00:{:02x}:01", i as u8),
         format!("02:cc:00:00:{:02x}:02", i as u8),
     )
+}
+
+/// The IP version the testbed's hosts talk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IpVersion {
+    #[default]
+    V4,
+    V6,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -165,6 +185,8 @@ pub struct TestbedConfig {
     pub mtu: u32,
     /// Turn TSO/GSO/GRO off on every veth of the path (default true).
     pub disable_offloads: bool,
+    /// Addresses, routes and so flows: IPv4 (default) or IPv6.
+    pub ip: IpVersion,
 }
 
 impl TestbedConfig {
@@ -178,7 +200,13 @@ impl TestbedConfig {
             aqm: Aqm::TailDrop,
             mtu: 1500,
             disable_offloads: true,
+            ip: IpVersion::V4,
         }
+    }
+
+    pub fn with_ip(mut self, ip: IpVersion) -> Self {
+        self.ip = ip;
+        self
     }
 
     /// Replaces the senders by one per RTT given.
@@ -332,19 +360,38 @@ impl Testbed {
 
     /// Address of a host: sender N's own address, the receiver's address, or
     /// the router's receiver-facing address.
-    pub fn addr(&self, role: Role) -> Ipv4Addr {
-        match role {
-            Role::Sender(i) => Ipv4Addr::new(198, 18, i as u8 + 1, 1),
-            Role::Router => Ipv4Addr::new(198, 18, 0, 1),
-            Role::Receiver => Ipv4Addr::new(198, 18, 0, 2),
+    pub fn addr(&self, role: Role) -> IpAddr {
+        match (self.cfg.ip, role) {
+            (IpVersion::V4, Role::Sender(i)) => Ipv4Addr::new(198, 18, i as u8 + 1, 1).into(),
+            (IpVersion::V4, Role::Router) => Ipv4Addr::new(198, 18, 0, 1).into(),
+            (IpVersion::V4, Role::Receiver) => Ipv4Addr::new(198, 18, 0, 2).into(),
+            (IpVersion::V6, Role::Sender(i)) => ula(i as u16 + 1, 1),
+            (IpVersion::V6, Role::Router) => ula(0, 1),
+            (IpVersion::V6, Role::Receiver) => ula(0, 2),
         }
     }
 
-    pub fn receiver_addr(&self) -> Ipv4Addr {
+    /// The router's address on sender `i`'s link (that sender's gateway).
+    pub fn router_sender_addr(&self, i: usize) -> IpAddr {
+        match self.cfg.ip {
+            IpVersion::V4 => Ipv4Addr::new(198, 18, i as u8 + 1, 2).into(),
+            IpVersion::V6 => ula(i as u16 + 1, 2),
+        }
+    }
+
+    /// Prefix length of every link's subnet.
+    fn subnet_len(&self) -> u8 {
+        match self.cfg.ip {
+            IpVersion::V4 => 24,
+            IpVersion::V6 => 64,
+        }
+    }
+
+    pub fn receiver_addr(&self) -> IpAddr {
         self.addr(Role::Receiver)
     }
 
-    pub fn sender_addr(&self, i: usize) -> Ipv4Addr {
+    pub fn sender_addr(&self, i: usize) -> IpAddr {
         self.addr(Role::Sender(i))
     }
 
@@ -485,7 +532,7 @@ impl Testbed {
         let mut jobs = Vec::new();
         for &(i, g) in gates {
             let (sender_mac, router_mac) = gate_macs(i);
-            let router_ip = Ipv4Addr::new(198, 18, i as u8 + 1, 2);
+            let router_ip = self.router_sender_addr(i);
             let sender = self.ns(Role::Sender(i));
             link::neigh_permanent(&sender, SENDER_DEV, router_ip, &router_mac)?;
             link::neigh_permanent(
@@ -529,31 +576,45 @@ impl Testbed {
     /// offloads, addresses and routes.
     fn ns_setups(&self) -> Vec<NsSetup> {
         let c = &self.cfg;
+        let v6 = c.ip == IpVersion::V6;
+        let len = self.subnet_len();
         let base = |role: Role| {
             let mut s = NsSetup::new(&self.ns(role));
             s.sysctls = vec![
-                ("net.ipv4.tcp_no_metrics_save", "1"),
-                ("net.ipv4.tcp_rmem", "4096 131072 67108864"),
-                ("net.ipv4.tcp_wmem", "4096 16384 67108864"),
+                ("net.ipv4.tcp_no_metrics_save".into(), "1".into()),
+                ("net.ipv4.tcp_rmem".into(), "4096 131072 67108864".into()),
+                ("net.ipv4.tcp_wmem".into(), "4096 16384 67108864".into()),
             ];
             s.up.push("lo".into());
             s
         };
+        // IPv6: no duplicate address detection on a device (its link-local
+        // address included), set before the device goes up.
+        let no_dad = |s: &mut NsSetup, dev: &str| {
+            if v6 {
+                s.sysctls
+                    .push((format!("net.ipv6.conf.{dev}.accept_dad"), "0".into()));
+            }
+        };
         let mut v = Vec::with_capacity(c.senders.len() + 2);
 
         let mut rt = base(Role::Router);
-        rt.sysctls.push(("net.ipv4.ip_forward", "1"));
+        rt.sysctls.push(("net.ipv4.ip_forward".into(), "1".into()));
+        if v6 {
+            rt.sysctls
+                .push(("net.ipv6.conf.all.forwarding".into(), "1".into()));
+        }
         let mut rt_devs = vec![(ROUTER_RX_DEV.to_string(), self.addr(Role::Router))];
         rt_devs.extend(
-            (0..c.senders.len())
-                .map(|i| (router_sender_dev(i), Ipv4Addr::new(198, 18, i as u8 + 1, 2))),
+            (0..c.senders.len()).map(|i| (router_sender_dev(i), self.router_sender_addr(i))),
         );
         for (dev, addr) in rt_devs {
+            no_dad(&mut rt, &dev);
             rt.up.push(dev.clone());
             if c.disable_offloads {
                 rt.no_offloads.push(dev.clone());
             }
-            rt.addrs.push((dev, addr, 24));
+            rt.addrs.push((dev, addr, len));
         }
         for (i, s) in c.senders.iter().enumerate() {
             if s.gate.is_some() && !s.rtt.is_zero() {
@@ -563,6 +624,7 @@ impl Testbed {
         v.push(rt);
 
         let mut rx = base(Role::Receiver);
+        no_dad(&mut rx, RECEIVER_DEV);
         rx.up.push(RECEIVER_DEV.into());
         if c.loss.is_some_and(|p| p > 0.0) {
             rx.up.push(IFB_DEV.into());
@@ -571,19 +633,20 @@ impl Testbed {
             rx.no_offloads.push(RECEIVER_DEV.into());
         }
         rx.addrs
-            .push((RECEIVER_DEV.into(), self.addr(Role::Receiver), 24));
+            .push((RECEIVER_DEV.into(), self.addr(Role::Receiver), len));
         rx.gateway = Some(self.addr(Role::Router));
         v.push(rx);
 
         for i in 0..c.senders.len() {
             let mut s = base(Role::Sender(i));
+            no_dad(&mut s, SENDER_DEV);
             s.up.push(SENDER_DEV.into());
             if c.disable_offloads {
                 s.no_offloads.push(SENDER_DEV.into());
             }
             s.addrs
-                .push((SENDER_DEV.into(), self.addr(Role::Sender(i)), 24));
-            s.gateway = Some(Ipv4Addr::new(198, 18, i as u8 + 1, 2));
+                .push((SENDER_DEV.into(), self.addr(Role::Sender(i)), len));
+            s.gateway = Some(self.router_sender_addr(i));
             v.push(s);
         }
         v
@@ -896,6 +959,67 @@ mod host_tests {
         assert!(left.is_empty(), "left after destroy: {left:?}");
         let live = netns::live();
         assert!(names.iter().all(|n| !live.contains(n)), "still registered");
+    }
+
+    /// An IPv6 testbed: the documented unique local addresses on every
+    /// end, none of them (nor the link-local ones) tentative right after
+    /// the build (no duplicate address detection), forwarding on in the
+    /// router only, default routes via the router, and a flow from each
+    /// of two senders through it at once.
+    #[test]
+    fn ipv6_testbed_is_usable_at_once() {
+        let tb = Testbed::new(
+            TestbedConfig::new(20_000_000, 100_000)
+                .with_rtts(&[Duration::ZERO; 2])
+                .with_ip(IpVersion::V6),
+        )
+        .unwrap();
+        let addrs = |r: Role, dev: &str| {
+            let out = tb
+                .exec(r, &["ip", "-6", "-o", "addr", "show", "dev", dev])
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        for (r, dev, want) in [
+            (Role::Receiver, RECEIVER_DEV.to_string(), "fd00:ccc::2/64"),
+            (Role::Router, ROUTER_RX_DEV.to_string(), "fd00:ccc::1/64"),
+            (Role::Sender(0), SENDER_DEV.to_string(), "fd00:ccc:1::1/64"),
+            (Role::Router, router_sender_dev(0), "fd00:ccc:1::2/64"),
+            (Role::Sender(1), SENDER_DEV.to_string(), "fd00:ccc:2::1/64"),
+            (Role::Router, router_sender_dev(1), "fd00:ccc:2::2/64"),
+        ] {
+            let a = addrs(r, &dev);
+            assert!(a.contains(want), "{r} {dev}: {a}");
+            assert!(
+                a.contains("fe80::"),
+                "{r} {dev}: no link-local address: {a}"
+            );
+            assert!(!a.contains("tentative"), "{r} {dev}: {a}");
+        }
+        assert_eq!(
+            sysctl(&tb, Role::Router, "net.ipv6.conf.all.forwarding"),
+            "1"
+        );
+        assert_eq!(
+            sysctl(&tb, Role::Sender(0), "net.ipv6.conf.all.forwarding"),
+            "0"
+        );
+        let route = tb
+            .exec(Role::Sender(1), &["ip", "-6", "route", "show", "default"])
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&route.stdout).contains("via fd00:ccc:2::2"),
+            "{}",
+            String::from_utf8_lossy(&route.stdout)
+        );
+        assert_eq!(tb.receiver_addr().to_string(), "fd00:ccc::2");
+        let specs: Vec<FlowSpec> = (0..2)
+            .map(|i| FlowSpec::new(i, "cubic", Duration::from_secs(1)))
+            .collect();
+        let res = iperf::spawn_flows(&tb, &specs).unwrap().wait().unwrap();
+        for (i, r) in res.iter().enumerate() {
+            assert!(r.receiver_bytes > 0, "sender {i}: nothing received");
+        }
     }
 
     /// Builds without validating `cfg` (to make a step fail on purpose);

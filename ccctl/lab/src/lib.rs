@@ -40,6 +40,7 @@ pub mod exec;
 pub use ccctl_core::sys::signals as interrupt;
 pub mod output;
 pub mod plan;
+pub mod reproduce;
 mod progress;
 mod traces;
 

@@ -91,7 +91,9 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     };
     let out = match &args.out {
         Some(o) => o.clone(),
-        None => root.join("results").join(format!("reproduction-{}", utc_stamp()?)),
+        None => root
+            .join("results")
+            .join(format!("reproduction-{}", utc_stamp()?)),
     };
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
@@ -134,13 +136,21 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     for p in planned {
         let dir = out.join(&p.name);
         if complete(&dir) {
-            println!("reproduce: {} already complete in {}, kept", p.name, dir.display());
+            println!(
+                "reproduce: {} already complete in {}, kept",
+                p.name,
+                dir.display()
+            );
             continue;
         }
         if dir.exists() {
             let aside = out.join(format!("{}.incomplete-{}", p.name, utc_stamp()?));
             std::fs::rename(&dir, &aside)?;
-            println!("reproduce: an incomplete {} moved to {}", p.name, aside.display());
+            println!(
+                "reproduce: an incomplete {} moved to {}",
+                p.name,
+                aside.display()
+            );
         }
         let secs = testbed_secs(&ccctl, &p.file)?;
         todo.push((p, secs));
@@ -194,7 +204,10 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
         spent_real += took;
         factor = spent_real / spent_est;
         if let Err(e) = res {
-            eprintln!("reproduce: {} failed: {e:#}; going on with the others", p.name);
+            eprintln!(
+                "reproduce: {} failed: {e:#}; going on with the others",
+                p.name
+            );
             failed.push(p.name.clone());
         }
         if let Some(parts) = suite["parts"].as_array_mut() {

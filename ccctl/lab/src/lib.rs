@@ -40,8 +40,8 @@ pub mod exec;
 pub use ccctl_core::sys::signals as interrupt;
 pub mod output;
 pub mod plan;
-pub mod reproduce;
 mod progress;
+pub mod reproduce;
 mod traces;
 
 use std::path::{Path, PathBuf};

@@ -734,10 +734,7 @@ fn run_matches(data: &ScenarioData, runs: &Runs, run_id: u32) -> bool {
 }
 
 /// A value per case.
-fn values(
-    all: &BTreeMap<String, ScenarioData>,
-    v: &Value,
-) -> Result<BTreeMap<Case, f64>, String> {
+fn values(all: &BTreeMap<String, ScenarioData>, v: &Value) -> Result<BTreeMap<Case, f64>, String> {
     let runs = match v {
         Value::Flows { runs, .. } | Value::Run { runs, .. } => runs,
     };
@@ -792,11 +789,7 @@ pub struct Measured {
     pub reason: String,
 }
 
-fn paired(
-    all: &BTreeMap<String, ScenarioData>,
-    a: &Value,
-    b: &Value,
-) -> Result<Vec<f64>, String> {
+fn paired(all: &BTreeMap<String, ScenarioData>, a: &Value, b: &Value) -> Result<Vec<f64>, String> {
     let (va, vb) = (values(all, a)?, values(all, b)?);
     Ok(va
         .iter()
@@ -839,7 +832,10 @@ fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
     };
     let (xs, missing) = match xs {
         Ok(xs) if !xs.is_empty() => (xs, None),
-        Ok(_) => (Vec::new(), Some("no runs matched in the results".to_string())),
+        Ok(_) => (
+            Vec::new(),
+            Some("no runs matched in the results".to_string()),
+        ),
         Err(e) => (Vec::new(), Some(e)),
     };
     if let Some(why) = missing {
@@ -864,7 +860,11 @@ fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
     let (verdict, reason) = if within(mean, h.reproduced) {
         (
             "reproduced",
-            format!("{} is in the reproduced band {}", num(mean), band(h.reproduced)),
+            format!(
+                "{} is in the reproduced band {}",
+                num(mean),
+                band(h.reproduced)
+            ),
         )
     } else if within(mean, h.partly) {
         (
@@ -930,7 +930,10 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     let measured: Vec<Measured> = HEADLINES.iter().map(|h| measure(&all, h)).collect();
 
     let mut out = String::new();
-    let quick = suite.get("quick").and_then(|q| q.as_bool()).unwrap_or(false);
+    let quick = suite
+        .get("quick")
+        .and_then(|q| q.as_bool())
+        .unwrap_or(false);
     let _ = writeln!(out, "# Reproduction report\n");
     let _ = writeln!(
         out,

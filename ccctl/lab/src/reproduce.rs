@@ -640,6 +640,7 @@ struct Row {
     cc: String,
     flow_rtt_ms: Option<f64>,
     theta: Option<f64>,
+    testbed_limited: bool,
     values: BTreeMap<&'static str, Option<f64>>,
 }
 
@@ -689,6 +690,7 @@ fn read_summary(path: &Path) -> Result<Vec<Row>, ReproError> {
     let rep = f64s("repetition")?;
     let rtt = f64s("flow_rtt_ms")?;
     let theta = f64s("schedule_theta")?;
+    let limited = strs("testbed_limited")?;
     let mut cols = BTreeMap::new();
     for c in VALUE_COLUMNS {
         cols.insert(*c, f64s(c)?);
@@ -704,6 +706,7 @@ fn read_summary(path: &Path) -> Result<Vec<Row>, ReproError> {
             cc: cc[i].clone(),
             flow_rtt_ms: rtt[i],
             theta: theta[i],
+            testbed_limited: limited[i] == "true",
             values: cols.iter().map(|(k, v)| (*k, v[i])).collect(),
         })
         .collect())
@@ -776,6 +779,23 @@ fn values(all: &BTreeMap<String, ScenarioData>, v: &Value) -> Result<BTreeMap<Ca
         .collect())
 }
 
+/// Whether any run a metric reads was on a link the reference Cubic flow
+/// found testbed-limited (below 85 % of the rate).
+fn testbed_limited(all: &BTreeMap<String, ScenarioData>, m: &Metric) -> bool {
+    let vals: Vec<&Value> = match m {
+        Metric::Value(v) => vec![v],
+        Metric::Ratio(a, b) | Metric::ShareAtLeast(a, b, _) => vec![a, b],
+    };
+    vals.into_iter().any(|v| {
+        let (Value::Flows { runs, .. } | Value::Run { runs, .. }) = v;
+        all.get(runs.scenario).is_some_and(|d| {
+            d.rows
+                .iter()
+                .any(|r| r.kind == "main" && r.testbed_limited && run_matches(d, runs, r.run_id))
+        })
+    })
+}
+
 /// A headline's result: mean over cases, its spread, the cases.
 #[derive(Debug, Clone, Serialize)]
 pub struct Measured {
@@ -785,6 +805,7 @@ pub struct Measured {
     pub max: Option<f64>,
     pub cases: usize,
     pub ratio_to_paper: Option<f64>,
+    pub testbed_limited: bool,
     pub verdict: String,
     pub reason: String,
 }
@@ -846,6 +867,7 @@ fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
             max: None,
             cases: 0,
             ratio_to_paper: None,
+            testbed_limited: false,
             verdict: "not measured".into(),
             reason: why,
         };
@@ -887,6 +909,7 @@ fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
             ),
         )
     };
+    let limited = testbed_limited(all, &h.metric);
     Measured {
         id: h.id.into(),
         value: Some(mean),
@@ -894,8 +917,13 @@ fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
         max: Some(max),
         cases,
         ratio_to_paper: Some(mean / h.paper),
+        testbed_limited: limited,
         verdict: verdict.into(),
-        reason,
+        reason: if limited {
+            format!("testbed-limited link (reference Cubic < 85 %): {reason}")
+        } else {
+            reason
+        },
     }
 }
 

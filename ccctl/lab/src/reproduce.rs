@@ -1110,6 +1110,84 @@ mod tests {
         }
     }
 
+    /// A hand-made harm-fig7 summary: two links, one repetition; a solo
+    /// and a same-cc row that must not count. Per link the harm ratio is
+    /// Cubic's harm beside BBR over Reno's beside Cubic: 0.8/0.4 = 2.0 and
+    /// 0.6/0.5 = 1.2, so the mean is 1.6, the share >= 1.6 and >= 2 is 0.5.
+    #[test]
+    fn harm_headlines_pair_cases_and_ignore_baselines() {
+        // (kind, run, link, cc, harm_tput)
+        let rows: &[(&str, u32, u32, &str, f64)] = &[
+            ("main", 1, 0, "cubic", 0.1),
+            ("main", 1, 0, "reno", 0.4),
+            ("main", 2, 0, "bbr", 0.0),
+            ("main", 2, 0, "cubic", 0.8),
+            ("solo", 3, 0, "cubic", 9.0),
+            ("same-cc", 4, 0, "reno", 9.0),
+            ("same-cc", 4, 0, "reno", 9.0),
+            ("main", 5, 1, "cubic", 0.2),
+            ("main", 5, 1, "reno", 0.5),
+            ("main", 6, 1, "bbr", 0.0),
+            ("main", 6, 1, "cubic", 0.6),
+        ];
+        let n = rows.len();
+        let s = |f: &dyn Fn(&(&str, u32, u32, &str, f64)) -> String| -> Vec<String> {
+            rows.iter().map(f).collect()
+        };
+        let harm: Vec<f64> = rows.iter().map(|r| r.4).collect();
+        let none = vec![None::<f64>; n];
+        let mut cols = vec![
+            Column::new("level".into(), vec!["flow"; n]),
+            Column::new("kind".into(), s(&|r| r.0.to_string())),
+            Column::new("cc".into(), s(&|r| r.3.to_string())),
+            Column::new("buffer".into(), vec!["1bdp"; n]),
+            Column::new(
+                "run_id".into(),
+                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "link_index".into(),
+                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+            ),
+            Column::new("repetition".into(), vec![0u32; n]),
+            Column::new("flow_rtt_ms".into(), vec![100.0; n]),
+            Column::new("schedule_theta".into(), none.clone()),
+            Column::new("testbed_limited".into(), vec![false; n]),
+            Column::new("harm_tput".into(), harm),
+        ];
+        for c in VALUE_COLUMNS.iter().filter(|c| **c != "harm_tput") {
+            cols.push(Column::new((*c).into(), none.clone()));
+        }
+        let mut df = DataFrame::new_infer_height(cols).expect("frame");
+        let dir = std::env::temp_dir().join(format!("ccctl-repro-unit-{}", std::process::id()));
+        let sdir = dir.join("harm-fig7");
+        fs::create_dir_all(&sdir).expect("dir");
+        let f = fs::File::create(sdir.join("summary.parquet")).expect("file");
+        ParquetWriter::new(f).finish(&mut df).expect("write");
+        report(&dir).expect("report");
+        let json: Vec<serde_json::Value> =
+            serde_json::from_str(&fs::read_to_string(dir.join("report.json")).expect("json"))
+                .expect("parses");
+        let get = |id: &str| {
+            json.iter()
+                .find(|m| m["id"] == id)
+                .expect("headline")
+                .clone()
+        };
+        let mean = get("harm-fig7-mean");
+        assert!(
+            (mean["value"].as_f64().expect("value") - 1.6).abs() < 1e-12,
+            "{mean}"
+        );
+        assert_eq!(mean["cases"], 2);
+        assert!((mean["min"].as_f64().expect("min") - 1.2).abs() < 1e-12);
+        assert_eq!(mean["verdict"], "reproduced");
+        assert_eq!(get("harm-fig7-ge1.6")["value"], 0.5);
+        assert_eq!(get("harm-fig7-ge2")["value"], 0.5);
+        assert_eq!(get("modest-fig2-tput")["verdict"], "not measured");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn num_prints_three_significant_digits() {
         assert_eq!(num(14.0), "14.0");

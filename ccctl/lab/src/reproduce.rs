@@ -1117,7 +1117,8 @@ mod tests {
     #[test]
     fn harm_headlines_pair_cases_and_ignore_baselines() {
         // (kind, run, link, cc, harm_tput)
-        let rows: &[(&str, u32, u32, &str, f64)] = &[
+        type R = (&'static str, u32, u32, &'static str, f64);
+        let rows: &[R] = &[
             ("main", 1, 0, "cubic", 0.1),
             ("main", 1, 0, "reno", 0.4),
             ("main", 2, 0, "bbr", 0.0),
@@ -1131,9 +1132,7 @@ mod tests {
             ("main", 6, 1, "cubic", 0.6),
         ];
         let n = rows.len();
-        let s = |f: &dyn Fn(&(&str, u32, u32, &str, f64)) -> String| -> Vec<String> {
-            rows.iter().map(f).collect()
-        };
+        let s = |f: &dyn Fn(&R) -> String| -> Vec<String> { rows.iter().map(f).collect() };
         let harm: Vec<f64> = rows.iter().map(|r| r.4).collect();
         let none = vec![None::<f64>; n];
         let mut cols = vec![

@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod proc;
+mod reproduce;
 mod setup;
 mod soak;
 mod test;
@@ -39,6 +40,8 @@ enum Cmd {
     Demo,
     /// Benchmarks (release build): datapath and tracing cost against native bbr, trace consumer rate
     Bench(bench::BenchArgs),
+    /// Every seed's headline result re-measured, side by side with the paper (REPORT.md)
+    Reproduce(reproduce::ReproduceArgs),
     /// Abuse, bounded: load/unload cycles with live flows; SIGKILL at random points of every command
     Soak(soak::SoakArgs),
 }
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Cmd::Demo => demo::main(),
         Cmd::Bench(args) => bench::main(args),
         Cmd::Soak(args) => soak::main(args),
+        Cmd::Reproduce(args) => reproduce::main(args),
     };
     let code = match res {
         Ok(code) => code,

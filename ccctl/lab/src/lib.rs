@@ -44,6 +44,7 @@ pub use ccctl_core::sys::signals as interrupt;
 pub mod output;
 pub mod plan;
 mod progress;
+pub mod reproduce;
 pub mod shard;
 mod traces;
 

@@ -1,0 +1,247 @@
+//! `cargo xtask reproduce [NAME...] [--quick]`: every seed's headline result
+//! re-measured, side by side with the paper.
+//!
+//! Runs each scenario of `scenarios/seeds/` with `ccctl lab run` (which goes
+//! into the 6.1 VM by itself when this kernel has no netem) into
+//! `results/reproduction-<UTC time>/<name>/`, then has `ccctl lab
+//! reproduction report` compute every headline from those Parquet files
+//! into `REPORT.md`. The suite and headline tables live in
+//! `ccctl/lab/src/reproduce.rs` (xtask does not link polars).
+//!
+//! `--out` reuses a reproduction directory: scenarios already complete
+//! there are kept, so a suite can be run in parts (e.g. one lock hold per
+//! part on a shared machine) and reported as one. `--lock FILE` holds an
+//! exclusive flock on FILE around each scenario's run only.
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::proc;
+
+#[derive(Debug, Args)]
+pub struct ReproduceArgs {
+    /// Scenarios to run (names in scenarios/seeds/; default: all).
+    pub names: Vec<String>,
+    /// Keep each effect, cut repetitions, durations and sweep points.
+    #[arg(long)]
+    pub quick: bool,
+    /// Reproduction directory (created, or reused: complete scenarios in it are kept).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// A ccctl binary to use instead of building one.
+    #[arg(long)]
+    pub ccctl: Option<PathBuf>,
+    /// Hold an exclusive flock on this file around each scenario's run.
+    #[arg(long)]
+    pub lock: Option<PathBuf>,
+    /// Only (re)write REPORT.md from what --out holds; run nothing.
+    #[arg(long, requires = "out")]
+    pub report_only: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct Planned {
+    name: String,
+    file: PathBuf,
+}
+
+fn utc_stamp() -> Result<String> {
+    let out = proc::capture(Command::new("date").args(["-u", "+%Y%m%dT%H%M%SZ"]))?;
+    Ok(out.trim().to_string())
+}
+
+fn complete(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("metadata.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|m| m["status"] == "complete")
+        && dir.join("summary.parquet").exists()
+}
+
+/// `ccctl lab check`'s "about N s of testbed time".
+fn testbed_secs(ccctl: &Path, file: &Path) -> Result<f64> {
+    let out = proc::capture(Command::new(ccctl).args(["lab", "check"]).arg(file))?;
+    let first = out.lines().next().unwrap_or_default();
+    first
+        .split("about ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("cannot read the testbed time from `{first}`"))
+}
+
+fn mins(secs: f64) -> String {
+    format!("{}m{:02}s", (secs / 60.0) as u64, (secs % 60.0) as u64)
+}
+
+pub fn main(args: ReproduceArgs) -> Result<i32> {
+    let root = proc::workspace_root();
+    let ccctl = match &args.ccctl {
+        Some(p) => p.clone(),
+        None => {
+            eprintln!("reproduce: building ccctl (debug)");
+            proc::cargo_build_json(&["build", "-p", "ccctl", "--bins"], |name, kinds, _| {
+                name == "ccctl" && kinds.iter().any(|k| k == "bin")
+            })?
+        }
+    };
+    let out = match &args.out {
+        Some(o) => o.clone(),
+        None => root
+            .join("results")
+            .join(format!("reproduction-{}", utc_stamp()?)),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let out = out.canonicalize()?;
+    if args.report_only {
+        return report(&ccctl, &out);
+    }
+
+    // suite.json: the mode and the parts run into this directory.
+    let suite_path = out.join("suite.json");
+    let mut suite: serde_json::Value = std::fs::read_to_string(&suite_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| serde_json::json!({ "quick": args.quick, "parts": [] }));
+    if suite["quick"].as_bool() != Some(args.quick) {
+        bail!(
+            "{} holds a {} reproduction; run with{} --quick or use another --out",
+            out.display(),
+            if args.quick { "full" } else { "--quick" },
+            if args.quick { "out" } else { "" }
+        );
+    }
+
+    let mut plan_cmd = Command::new(&ccctl);
+    plan_cmd
+        .args(["lab", "reproduction", "plan", "--seeds"])
+        .arg(root.join("scenarios/seeds"))
+        .arg("--out")
+        .arg(&out)
+        .args(&args.names);
+    if args.quick {
+        plan_cmd.arg("--quick");
+    }
+    let planned: Vec<Planned> = proc::capture(&mut plan_cmd)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("reading `ccctl lab reproduction plan`")?;
+
+    let mut todo = Vec::new();
+    for p in planned {
+        let dir = out.join(&p.name);
+        if complete(&dir) {
+            println!(
+                "reproduce: {} already complete in {}, kept",
+                p.name,
+                dir.display()
+            );
+            continue;
+        }
+        if dir.exists() {
+            let aside = out.join(format!("{}.incomplete-{}", p.name, utc_stamp()?));
+            std::fs::rename(&dir, &aside)?;
+            println!(
+                "reproduce: an incomplete {} moved to {}",
+                p.name,
+                aside.display()
+            );
+        }
+        let secs = testbed_secs(&ccctl, &p.file)?;
+        todo.push((p, secs));
+    }
+    // Per scenario beyond its testbed time: run setup and teardown, and a VM
+    // boot when the lab goes into the VM (measured: ~5 s per run, ~40 s a boot).
+    // Corrected by what the finished scenarios really took.
+    let overhead = 1.3;
+    let mut factor = overhead;
+    let started = Instant::now();
+    let (mut spent_est, mut spent_real) = (0.0, 0.0);
+    let total = todo.len();
+    let mut failed = Vec::new();
+    for (i, (p, secs)) in todo.iter().enumerate() {
+        let remaining: f64 = todo[i..].iter().map(|(_, s)| s + 40.0).sum::<f64>() * factor;
+        println!(
+            "reproduce: [{}/{}] {} (~{} testbed time); elapsed {}, remaining ~{}",
+            i + 1,
+            total,
+            p.name,
+            mins(*secs),
+            mins(started.elapsed().as_secs_f64()),
+            mins(remaining)
+        );
+        let _guard = match &args.lock {
+            Some(l) => {
+                let f = File::options()
+                    .create(true)
+                    .append(true)
+                    .open(l)
+                    .with_context(|| format!("opening {}", l.display()))?;
+                rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+                    .with_context(|| format!("locking {}", l.display()))?;
+                Some(f)
+            }
+            None => None,
+        };
+        let t0 = Instant::now();
+        let res = proc::run(
+            Command::new(&ccctl)
+                .args(["lab", "run"])
+                .arg(&p.file)
+                .arg("--run-dir")
+                .arg(out.join(&p.name))
+                .current_dir(&root),
+        );
+        drop(_guard);
+        proc::bail_if_interrupted()?;
+        let took = t0.elapsed().as_secs_f64();
+        spent_est += secs + 40.0;
+        spent_real += took;
+        factor = spent_real / spent_est;
+        if let Err(e) = res {
+            eprintln!(
+                "reproduce: {} failed: {e:#}; going on with the others",
+                p.name
+            );
+            failed.push(p.name.clone());
+        }
+        if let Some(parts) = suite["parts"].as_array_mut() {
+            parts.push(serde_json::json!({
+                "scenario": p.name,
+                "file": p.file,
+                "wall_secs": took,
+                "ok": !failed.contains(&p.name),
+            }));
+        }
+        std::fs::write(&suite_path, serde_json::to_string_pretty(&suite)? + "\n")?;
+    }
+    if total > 0 {
+        println!(
+            "reproduce: {} scenario(s) in {}",
+            total,
+            mins(started.elapsed().as_secs_f64())
+        );
+    }
+    std::fs::write(&suite_path, serde_json::to_string_pretty(&suite)? + "\n")?;
+    let code = report(&ccctl, &out)?;
+    if !failed.is_empty() {
+        eprintln!("reproduce: failed: {}", failed.join(", "));
+        return Ok(1);
+    }
+    Ok(code)
+}
+
+fn report(ccctl: &Path, out: &Path) -> Result<i32> {
+    proc::capture(
+        Command::new(ccctl)
+            .args(["lab", "reproduction", "report"])
+            .arg(out),
+    )?;
+    println!("reproduce: report in {}", out.join("REPORT.md").display());
+    Ok(0)
+}

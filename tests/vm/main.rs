@@ -722,7 +722,7 @@ mod modest {
     }
 
     /// No pinning (issue 13): a lone modest_bbr flow whose data path drops
-    /// 5 % of its packets for 1 s, 2 s into the flow (in PROBE_BW: the
+    /// 15 % of its packets for 1 s, 2 s into the flow (in PROBE_BW: the
     /// loss starts searches, and every retransmission in the linear phase
     /// starts the next from the smaller window then), is back to >= 90 % of
     /// the link in the 10 s after the burst: the acknowledged rate over the
@@ -746,7 +746,7 @@ mod modest {
                     cfg,
                     Duration::from_secs(2),
                     Duration::from_secs(1),
-                    0.05,
+                    0.15,
                 );
                 Ok((rate, reference * rate as f64, r))
             });
@@ -759,7 +759,7 @@ mod modest {
         record(
             "modest_loss_burst.txt",
             &format!(
-                "modest_bbr, {} Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} Mbit/s before a {:.1} s burst of 5 % loss, \
+                "modest_bbr, {} Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} Mbit/s before a {:.1} s burst of 15 % loss, \
                  {} retransmits in it, cwnd down to {} pkt; after it, per second: [{}] Mbit/s; \
                  first second at 90 % of the link: {:?}; seconds 8-10: {:.1} Mbit/s = {:.0} % of the link",
                 rate / 1_000_000,

@@ -485,3 +485,139 @@ pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: 
     let _ = tb.destroy();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What a lone flow did around a loss burst forced on its data path, read
+/// from its socket (inet_diag every 100 ms), never from the algorithm's
+/// state. Times in seconds since the burst ended.
+#[derive(Debug)]
+pub struct BurstRecovery {
+    /// Acknowledged bit/s from 1 s into the flow to the burst.
+    pub before_bps: f64,
+    /// Segments the socket retransmitted from the burst's start to 1 s
+    /// after its end (`tcp_info.total_retrans`).
+    pub retrans_in_burst: u32,
+    /// Smallest cwnd (packets) the socket showed from the burst to the end.
+    pub min_cwnd_after: u32,
+    /// Acknowledged bit/s in each second after the burst: [0, 1), [1, 2), ...
+    pub per_second_bps: Vec<f64>,
+    /// How long the burst lasted, start to end of the `tc` commands.
+    pub burst_secs: f64,
+}
+
+impl BurstRecovery {
+    /// Acknowledged bit/s over seconds [from, to) after the burst.
+    pub fn mean_bps(&self, from: usize, to: usize) -> f64 {
+        let s = &self.per_second_bps[from..to];
+        s.iter().sum::<f64>() / s.len() as f64
+    }
+
+    /// The first second after the burst whose acknowledged rate reached
+    /// `bps`, if any.
+    pub fn first_second_at(&self, bps: f64) -> Option<usize> {
+        self.per_second_bps.iter().position(|&r| r >= bps)
+    }
+}
+
+/// Seconds of flow the burst recovery is read over (after the burst ends).
+pub const RECOVERY_SECS: usize = 10;
+
+/// One flow of `cc` (already registered) on sender 0 of a testbed built
+/// from `cfg` (which must have a loss path: `with_loss(0.0)`); `burst_at`
+/// after the data connection first moved data (64 KiB acknowledged, which
+/// the control connection never reaches), the data path drops `loss` of
+/// the packets for `burst`, then none; the flow runs on for
+/// [`RECOVERY_SECS`] more. Throughput is what the receiver acknowledged
+/// (the socket's `bytes_acked`).
+pub fn lone_flow_through_a_loss_burst(
+    cc: &str,
+    cfg: TestbedConfig,
+    burst_at: Duration,
+    burst: Duration,
+    loss: f64,
+) -> BurstRecovery {
+    let tb = testbed(cfg);
+    let port = tb.alloc_port();
+    // iperf3 may take a second or two to connect in the emulated VM.
+    let secs = burst_at.as_secs_f64() + burst.as_secs_f64() + RECOVERY_SECS as f64 + 4.0;
+    let running = iperf::spawn_flows(
+        &tb,
+        &[FlowSpec::new(0, cc, Duration::from_secs_f64(secs)).port(port)],
+    )
+    .expect("starting iperf3");
+    let diag = DiagSocket::open_in_netns(&ccctl_sys::netns::named(&tb.ns(Role::Sender(0))))
+        .expect("diag socket");
+    let start = Instant::now();
+    let (mut first_moved, mut burst_on, mut burst_off) = (None::<f64>, None::<f64>, None::<f64>);
+    // (seconds since start, local port, bytes acked, total_retrans, cwnd).
+    let mut readings: Vec<(f64, u16, u64, u32, u32)> = Vec::new();
+    loop {
+        let t = start.elapsed().as_secs_f64();
+        if burst_off.is_some_and(|off| t >= off + RECOVERY_SECS as f64 + 0.2) || t > secs + 5.0 {
+            break;
+        }
+        for s in diag.tcp_sockets().expect("inet_diag") {
+            if s.remote.port() == port {
+                if let Some(i) = s.info {
+                    let acked = i.bytes_acked.unwrap_or(0);
+                    if acked >= 64 << 10 && first_moved.is_none() {
+                        first_moved = Some(t);
+                    }
+                    readings.push((t, s.local.port(), acked, i.total_retrans, i.snd_cwnd));
+                }
+            }
+        }
+        let t = start.elapsed().as_secs_f64();
+        if let Some(t0) = first_moved {
+            if burst_on.is_none() && t >= t0 + burst_at.as_secs_f64() {
+                burst_on = Some(t);
+                tb.set_loss(loss).expect("starting the loss burst");
+            } else if let Some(on) = burst_on.filter(|_| burst_off.is_none()) {
+                if t >= on + burst.as_secs_f64() {
+                    tb.set_loss(0.0).expect("ending the loss burst");
+                    burst_off = Some(start.elapsed().as_secs_f64());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let flows = running.wait().expect("the flow finishes");
+    let _ = tb.destroy();
+    let t0 = first_moved.expect("the data connection never moved data");
+    let (on, off) = (
+        burst_on.expect("the flow ended before the burst"),
+        burst_off.expect("the flow ended during the burst"),
+    );
+    let data_port = flows[0]
+        .local_port
+        .expect("iperf3 reported its data connection");
+    assert_eq!(flows[0].sender_cc.as_deref(), Some(cc));
+    let mine: Vec<_> = readings.iter().filter(|r| r.1 == data_port).collect();
+    let acked_rate = |from: f64, to: f64| {
+        let a = mine.iter().find(|r| r.0 >= from);
+        let b = mine.iter().rev().find(|r| r.0 <= to);
+        match (a, b) {
+            (Some(a), Some(b)) if b.0 > a.0 => (b.2 - a.2) as f64 * 8.0 / (b.0 - a.0),
+            _ => 0.0,
+        }
+    };
+    let retrans_at = |t: f64| mine.iter().rev().find(|r| r.0 <= t).map_or(0, |r| r.3);
+    assert!(
+        mine.last()
+            .is_some_and(|r| r.0 >= off + RECOVERY_SECS as f64 - 0.3),
+        "the data connection was not seen until {RECOVERY_SECS} s after the burst"
+    );
+    BurstRecovery {
+        before_bps: acked_rate(t0 + 1.0, on),
+        retrans_in_burst: retrans_at(off + 1.0) - retrans_at(on),
+        min_cwnd_after: mine
+            .iter()
+            .filter(|r| r.0 >= on)
+            .map(|r| r.4)
+            .min()
+            .unwrap_or(0),
+        per_second_bps: (0..RECOVERY_SECS)
+            .map(|s| acked_rate(off + s as f64, off + s as f64 + 1.0))
+            .collect(),
+        burst_secs: off - on,
+    }
+}

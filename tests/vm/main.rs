@@ -183,6 +183,16 @@ fn measure_on_a_healthy_link<T>(
     what: &str,
     mut measure: impl FnMut(u64) -> Result<T, String>,
 ) -> T {
+    measure_on_a_healthy_link_with(what, |rate, _| measure(rate))
+}
+
+/// [`measure_on_a_healthy_link`], `measure` also given the share of the
+/// rate the reference Cubic flow got just before: what the emulated link
+/// carries now.
+fn measure_on_a_healthy_link_with<T>(
+    what: &str,
+    mut measure: impl FnMut(u64, f64) -> Result<T, String>,
+) -> T {
     let mut seen = Vec::new();
     for rate in CANDIDATE_RATES_BPS {
         let before = reference_share(rate);
@@ -194,7 +204,7 @@ fn measure_on_a_healthy_link<T>(
             ));
             continue;
         }
-        let result = measure(rate);
+        let result = measure(rate, before);
         let after = reference_share(rate);
         match result {
             Ok(r) if after >= HEALTHY_SHARE => return r,
@@ -708,6 +718,68 @@ mod modest {
             TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500)).with_rtts(&[RTT, RTT]),
             20,
             20,
+        );
+    }
+
+    /// No pinning (issue 13): a lone modest_bbr flow whose data path drops
+    /// 15 % of its packets for 1 s, 2 s into the flow (in PROBE_BW: the
+    /// loss starts searches, and every retransmission in the linear phase
+    /// starts the next from the smaller window then), is back to >= 90 % of
+    /// the link in the 10 s after the burst: the acknowledged rate over the
+    /// last 2 of those seconds, from the socket's bytes_acked. "The link"
+    /// is what the reference Cubic flow carried just before (at least 85 %
+    /// of the rate, see `measure_on_a_healthy_link`). 40 ms, 1 BDP buffer.
+    /// A design whose linear phase stops at last_cwnd for good fails it
+    /// (README, "No pinning").
+    #[test]
+    fn a_lone_flow_is_back_to_the_link_after_an_early_loss_burst() {
+        require_vm();
+        let _clean = Clean::new();
+        ccctl(&["load", "modest-bbr"]).ok();
+        let (rate, link_bps, r) =
+            measure_on_a_healthy_link_with("modest_bbr loss burst", |rate, reference| {
+                let cfg = TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500))
+                    .with_rtts(&[RTT])
+                    .with_loss(0.0);
+                let r = modest::lone_flow_through_a_loss_burst(
+                    "modest_bbr",
+                    cfg,
+                    Duration::from_secs(2),
+                    Duration::from_secs(1),
+                    0.15,
+                );
+                Ok((rate, reference * rate as f64, r))
+            });
+        let last2 = r.mean_bps(modest::RECOVERY_SECS - 2, modest::RECOVERY_SECS);
+        let per_s: Vec<String> = r
+            .per_second_bps
+            .iter()
+            .map(|b| format!("{:.1}", mbit(*b)))
+            .collect();
+        record(
+            "modest_loss_burst.txt",
+            &format!(
+                "modest_bbr, {} Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} Mbit/s before a {:.1} s burst of 15 % loss, \
+                 {} retransmits in it, cwnd down to {} pkt; after it, per second: [{}] Mbit/s; \
+                 first second at 90 % of the link: {:?}; seconds 8-10: {:.1} Mbit/s = {:.0} % of the link",
+                rate / 1_000_000,
+                mbit(link_bps),
+                mbit(r.before_bps),
+                r.burst_secs,
+                r.retrans_in_burst,
+                r.min_cwnd_after,
+                per_s.join(", "),
+                r.first_second_at(0.9 * link_bps),
+                mbit(last2),
+                100.0 * last2 / link_bps
+            ),
+        );
+        assert!(r.retrans_in_burst > 0, "the burst forced no retransmission");
+        assert!(
+            last2 >= 0.9 * link_bps,
+            "pinned: {:.1} Mbit/s in seconds 8-10 after the burst, below 90 % of the {:.1} Mbit/s the link carries",
+            mbit(last2),
+            mbit(link_bps)
         );
     }
 

@@ -42,7 +42,8 @@
 //! * Random loss (optional) is applied to the data path *after* the
 //!   bottleneck: in the receiver namespace, `eth0` ingress is redirected
 //!   (u32 match-all + mirred) to an `ifb0` device whose root is
-//!   `netem loss P%`.
+//!   `netem loss P%`. Built with a loss (0 included), the testbed can
+//!   change it while flows run ([`Testbed::set_loss`]: a loss burst).
 //!
 //! TSO/GSO/GRO are switched off on every veth end of the path, so buffer
 //! sizes mean what they say.
@@ -101,7 +102,7 @@ use std::time::Duration;
 use exec::{run_batch, spawn_tc_batch};
 use link::{veth_line, NsSetup, IFB_DEV};
 use netns::next_prefix;
-use qdisc::{gate_ifb_dev, gate_qdiscs, loss_qdiscs, modprobe_all, router_qdiscs};
+use qdisc::{gate_ifb_dev, gate_qdiscs, loss_netem_line, loss_qdiscs, modprobe_all, router_qdiscs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -180,6 +181,8 @@ pub struct TestbedConfig {
     pub buffer_bytes: u64,
     pub senders: Vec<SenderConfig>,
     /// Random loss probability on the data path, 0.0..1.0 (needs netem).
+    /// `Some` (0.0 included) installs the loss path, so that
+    /// [`Testbed::set_loss`] can change it later; `None`: no loss path.
     pub loss: Option<f64>,
     pub aqm: Aqm,
     pub mtu: u32,
@@ -229,7 +232,7 @@ impl TestbedConfig {
     }
 
     fn needs_netem(&self) -> bool {
-        self.loss.is_some_and(|p| p > 0.0) || self.senders.iter().any(|s| !s.rtt.is_zero())
+        self.loss.is_some() || self.senders.iter().any(|s| !s.rtt.is_zero())
     }
 
     fn validate(&self) -> Result<()> {
@@ -430,6 +433,32 @@ impl Testbed {
         parse_qdisc_stats(&String::from_utf8_lossy(&out.stdout), "1:")
     }
 
+    /// Sets the random loss of the data path to `p` (0.0..1.0) while flows
+    /// run, e.g. a loss burst: `set_loss(0.05)`, then `set_loss(0.0)`. Needs
+    /// a testbed built with a loss ([`TestbedConfig::with_loss`], 0.0 will
+    /// do); refused, changing nothing, otherwise or for `p` outside [0, 1).
+    pub fn set_loss(&self, p: f64) -> Result<()> {
+        if self.cfg.loss.is_none() {
+            return Err(Error::Config(
+                "set_loss: this testbed has no loss path (build it with_loss, 0.0 will do)".into(),
+            ));
+        }
+        if !(0.0..1.0).contains(&p) {
+            return Err(Error::Config(format!(
+                "set_loss: loss probability {p} not in [0, 1)"
+            )));
+        }
+        // `tc -n`: one process (each costs ~300 ms in the TCG VM, and a
+        // burst's edges should be where the caller put them).
+        let line = loss_netem_line("change", p);
+        let mut cmd = std::process::Command::new("tc");
+        cmd.arg("-n")
+            .arg(self.ns(Role::Receiver))
+            .args(line.split_whitespace());
+        run(&mut cmd)?;
+        Ok(())
+    }
+
     /// Builds the dumbbell with at most three processes whatever the number
     /// of senders (spawns cost ~300 ms each in the TCG VM):
     ///
@@ -451,7 +480,7 @@ impl Testbed {
         let senders: Vec<String> = (0..c.senders.len())
             .map(|i| self.ns(Role::Sender(i)))
             .collect();
-        let loss = c.loss.filter(|&p| p > 0.0);
+        let loss = c.loss;
         let mut all = vec![rt.clone(), rx.clone()];
         all.extend(senders.iter().cloned());
 
@@ -626,7 +655,7 @@ impl Testbed {
         let mut rx = base(Role::Receiver);
         no_dad(&mut rx, RECEIVER_DEV);
         rx.up.push(RECEIVER_DEV.into());
-        if c.loss.is_some_and(|p| p > 0.0) {
+        if c.loss.is_some() {
             rx.up.push(IFB_DEV.into());
         }
         if c.disable_offloads {
@@ -692,6 +721,14 @@ mod tests {
             .validate()
             .is_err());
         assert!(!TestbedConfig::new(50_000_000, 62_500).needs_netem());
+        // A zero loss still installs the loss path (for set_loss).
+        assert!(TestbedConfig::new(50_000_000, 62_500)
+            .with_loss(0.0)
+            .needs_netem());
+        assert_eq!(
+            loss_netem_line("change", 0.05),
+            "qdisc change dev ifb0 root netem loss 5% limit 100000"
+        );
         assert!(TestbedConfig::new(50_000_000, 62_500)
             .with_rtts(&[Duration::from_millis(20)])
             .needs_netem());

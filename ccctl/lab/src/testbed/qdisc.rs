@@ -192,16 +192,22 @@ pub fn taprio_available() -> Result<bool> {
 /// to the ifb device, whose root netem drops.
 pub(super) fn loss_qdiscs(p: f64) -> Vec<String> {
     vec![
-        format!(
-            "qdisc add dev {IFB_DEV} root netem loss {}% limit {NETEM_LIMIT}",
-            p * 100.0
-        ),
+        loss_netem_line("add", p),
         format!("qdisc add dev {RECEIVER_DEV} handle ffff: ingress"),
         format!(
             "filter add dev {RECEIVER_DEV} parent ffff: protocol all u32 match u32 0 0 \
              action mirred egress redirect dev {IFB_DEV}"
         ),
     ]
+}
+
+/// `tc qdisc <verb>` of the ifb device's netem dropping a fraction `p`
+/// (`add` when built, `change` for [`super::Testbed::set_loss`]).
+pub(super) fn loss_netem_line(verb: &str, p: f64) -> String {
+    format!(
+        "qdisc {verb} dev {IFB_DEV} root netem loss {}% limit {NETEM_LIMIT}",
+        p * 100.0
+    )
 }
 
 // ---------------------------------------------------------------------------

@@ -596,14 +596,24 @@ pub fn gate_passes_packets_only_in_on_windows(
         sent > 100 && recv > 100,
         "too few packets captured: {sent} out, {recv} in"
     );
+    // The emulated CPU fires taprio's gate timer late now and then: a
+    // clean-clone CI run had 42 of 2057 sender packets 8-14 ms after an On
+    // window ended (the gate closed late), 2 of 887 on the router. Up to
+    // 5 % may fall outside; a gate that never closes sends Off / cycle of
+    // its packets there (75 % at 20/60 ms), the 6.1 reset defect 94 %.
+    let allowed = |n: usize| n / 20;
     assert!(
-        bad_sent.is_empty(),
-        "sent outside On windows at phases (ms) {:?}",
+        bad_sent.len() <= allowed(sent),
+        "sent {} of {sent} packets outside On windows (at most {} allowed), at phases (ms) {:?}",
+        bad_sent.len(),
+        allowed(sent),
         &bad_sent[..bad_sent.len().min(20)]
     );
     assert!(
-        bad_recv.is_empty(),
-        "router sent toward the sender outside On windows at phases (ms) {:?}",
+        bad_recv.len() <= allowed(recv),
+        "router sent {} of {recv} packets toward the sender outside On windows (at most {} allowed), at phases (ms) {:?}",
+        bad_recv.len(),
+        allowed(recv),
         &bad_recv[..bad_recv.len().min(20)]
     );
     // The same testbed's qdiscs carry the schedule (what the lab records).

@@ -85,6 +85,18 @@ pub fn assert_carries(cc: &str, rate: f64, flow: &FlowResult, seen: &[String], m
     );
 }
 
+/// bit/s acknowledged between the first of `points` (seconds, bytes_acked)
+/// at or after `from` and the last at or before `to`; 0 if they do not
+/// span any time.
+pub fn acked_rate(points: &[(f64, u64)], from: f64, to: f64) -> f64 {
+    let a = points.iter().find(|r| r.0 >= from);
+    let b = points.iter().rev().find(|r| r.0 <= to);
+    match (a, b) {
+        (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 * 8.0 / (b.0 - a.0),
+        _ => 0.0,
+    }
+}
+
 pub fn mbit(bps: f64) -> f64 {
     bps / 1e6
 }
@@ -161,15 +173,8 @@ pub fn unload_mid_flow(cfg: TestbedConfig, min_link_share: Option<f64>) {
         .local_port
         .expect("iperf3 reported its data connection");
     let mine: Vec<&(f64, u16, u64)> = readings.iter().filter(|r| r.1 == data_port).collect();
-    // bit/s acknowledged between the first readings at or after `from` and `to`.
-    let acked_rate = |from: f64, to: f64| {
-        let a = mine.iter().find(|r| r.0 >= from);
-        let b = mine.iter().rev().find(|r| r.0 <= to);
-        match (a, b) {
-            (Some(a), Some(b)) if b.0 > a.0 => (b.2 - a.2) as f64 * 8.0 / (b.0 - a.0),
-            _ => 0.0,
-        }
-    };
+    let acked: Vec<(f64, u64)> = mine.iter().map(|r| (r.0, r.2)).collect();
+    let acked_rate = |from: f64, to: f64| acked_rate(&acked, from, to);
     // From 1 s into the flow (past startup) to the unload; from 1 s after
     // the unload to the end.
     let before = acked_rate(t0 + 1.0, unloaded_at);

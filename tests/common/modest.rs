@@ -592,14 +592,8 @@ pub fn lone_flow_through_a_loss_burst(
         .expect("iperf3 reported its data connection");
     assert_eq!(flows[0].sender_cc.as_deref(), Some(cc));
     let mine: Vec<_> = readings.iter().filter(|r| r.1 == data_port).collect();
-    let acked_rate = |from: f64, to: f64| {
-        let a = mine.iter().find(|r| r.0 >= from);
-        let b = mine.iter().rev().find(|r| r.0 <= to);
-        match (a, b) {
-            (Some(a), Some(b)) if b.0 > a.0 => (b.2 - a.2) as f64 * 8.0 / (b.0 - a.0),
-            _ => 0.0,
-        }
-    };
+    let acked: Vec<(f64, u64)> = mine.iter().map(|r| (r.0, r.2)).collect();
+    let acked_rate = |from: f64, to: f64| super::flows::acked_rate(&acked, from, to);
     let retrans_at = |t: f64| mine.iter().rev().find(|r| r.0 <= t).map_or(0, |r| r.3);
     assert!(
         mine.last()

@@ -36,6 +36,7 @@ fn the_two_sets() -> [abi::ccctl_params; 2] {
         w_min: 512,
         w_max: 900,
         s_min: 2,
+        quiet_rounds: 100,
         dstar_min_rtt_win_ms: 20_000,
         dstar_sigma_factor: abi::CCCTL_GAIN_UNIT,
         dstar_gain_floor: 6,

@@ -231,6 +231,14 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
             &["s_min (--smin)", "1 to 64"],
         ),
         bad(
+            &["tune", "modest-bbr", "--quiet-rounds", "1025"],
+            &["quiet_rounds (--quiet-rounds)", "0 to 1024"],
+        ),
+        bad(
+            &["tune", "modest-bbr", "--quiet-rounds", "2.5"],
+            &["quiet_rounds (--quiet-rounds)", "whole number"],
+        ),
+        bad(
             &["tune", "dstar", "--gain-floor", "4"],
             &["dstar", "not loaded"],
         ),

@@ -193,6 +193,8 @@ struct SearchSummary {
     steps: usize,
     linear_events: usize,
     scaled_pacing_events: usize,
+    /// Growths of last_cwnd at the top of the linear phase (departure 4).
+    growths: usize,
 }
 
 /// BBR's floor on any window it sets (bbr_core.h BBR_CWND_MIN_TARGET).
@@ -214,21 +216,45 @@ const CWND_MIN_TARGET: u64 = 4;
 ///   the first step after a start is judged only when the round(s) since
 ///   the start were clean (the round the search began in is skipped, and
 ///   the trace does not show where it ended).
+/// - in the linear phase last_cwnd grows (departure 4) by S_min at a time,
+///   and only after `quiet_rounds` round trips without a retransmission:
+///   the time since total_retrans last grew must cover quiet_rounds - 1
+///   rounds, each at least 0.8 min_rtt (the first round may be cut short).
 ///
 /// Panics naming the first event that breaks a rule.
 fn check_search(
     ev: &[SearchEvent],
     w_min_of: impl Fn(u64) -> u64,
     min_last_cwnd: u64,
+    quiet_rounds: u64,
 ) -> SearchSummary {
     let s_min = 1;
     let mut sum = SearchSummary::default();
+    let mut last_retrans_ns = ev.first().map_or(0, |e| e.ts_ns);
     let mut last_move_ns = 0;
     // Index of the previous step (None right after a start) and of the start.
     let mut last_step: Option<usize> = None;
     let mut search_start = 0;
     for (i, e) in ev.iter().enumerate() {
         let prev = i.checked_sub(1).map(|p| &ev[p]);
+        if prev.is_some_and(|p| e.total_retrans > p.total_retrans) {
+            last_retrans_ns = e.ts_ns;
+        }
+        if let Some(p) = prev.filter(|p| p.phase == "linear" && e.phase == "linear") {
+            if e.last_cwnd != p.last_cwnd {
+                let quiet_us = (e.ts_ns - last_retrans_ns) / 1000;
+                assert!(
+                    e.last_cwnd == p.last_cwnd + s_min
+                        && quiet_us * 10 >= quiet_rounds.saturating_sub(1) * e.min_rtt_us * 8,
+                    "event {i}: last_cwnd {} -> {} at the top {quiet_us} us after the last retransmission \
+                     (growth is by S_min = {s_min}, after {quiet_rounds} quiet rounds of >= 0.8 x min_rtt {} us)",
+                    p.last_cwnd,
+                    e.last_cwnd,
+                    e.min_rtt_us
+                );
+                sum.growths += 1;
+            }
+        }
         let was_searching = prev.is_some_and(|p| p.phase == "binary");
         if e.phase == "binary" && !was_searching {
             // Line 1: only a retransmission starts a search.
@@ -368,7 +394,7 @@ fn check_search(
 /// Alg. 1 on a real socket, read from its per-ACK trace, with one W_min
 /// given at load time and another tuned while the flow runs.
 ///
-/// modest-bbr is loaded with `--wmin 0.6` (before any flow: the first
+/// modest-bbr is loaded with `--wmin 0.6 --quiet-rounds 16` (before any flow: the first
 /// search must already use it); one modest_bbr flow runs `secs` over a
 /// shallow buffer with the tracer on its port, beside a Cubic flow from
 /// the second sender that keeps the buffer overflowing (alone, Modest BBR
@@ -388,7 +414,15 @@ pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: 
     use super::tracing::{u64s, FlowTrace};
 
     let _clean = Clean::new();
-    ccctl(&["load", "modest-bbr", "--wmin", "0.6"]).ok();
+    ccctl(&[
+        "load",
+        "modest-bbr",
+        "--wmin",
+        "0.6",
+        "--quiet-rounds",
+        "16",
+    ])
+    .ok();
     let dir = super::tempdir("modest-search");
     let out = dir.join("modest.parquet");
     let tb = testbed(cfg);
@@ -445,6 +479,7 @@ pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: 
         &events,
         |v| if v == first_version { 614 } else { 512 },
         min_last_cwnd,
+        16,
     );
     let versions: std::collections::BTreeSet<u64> = events.iter().map(|e| e.version).collect();
     println!(

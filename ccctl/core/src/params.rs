@@ -718,7 +718,14 @@ mod tests {
         let names: Vec<_> = defs_for(&MODEST).iter().map(|d| d.name).collect();
         assert_eq!(
             names,
-            ["cwnd_gain", "probe_up_gain", "w_min", "w_max", "s_min"]
+            [
+                "cwnd_gain",
+                "probe_up_gain",
+                "w_min",
+                "w_max",
+                "s_min",
+                "quiet_rounds"
+            ]
         );
         let next = validate(
             &MODEST,
@@ -821,7 +828,7 @@ mod tests {
         let e = err(&MODEST, &[("cwnd_gain", f64::NAN), ("theta", 1.0)]);
         assert!(e.contains("`theta`: not a parameter of modest-bbr"), "{e}");
         assert!(
-            e.contains("valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain), w_min (--wmin), w_max (--wmax), s_min (--smin)"),
+            e.contains("valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain), w_min (--wmin), w_max (--wmax), s_min (--smin), quiet_rounds (--quiet-rounds)"),
             "{e}"
         );
         let e = err(&MODEST, &[("w_min", 0.5), ("wmin", 0.6)]);

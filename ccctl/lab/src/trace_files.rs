@@ -26,6 +26,7 @@
 //! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) (BBR family) |
 //! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s (BBR family) |
 //! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR) |
+//! | `quiet_rounds` | u32 | round trips since the last retransmission, saturating at 65535 (Modest BBR) |
 //! | `theta` | f64 | Θ in force, estimated over the last round (fixed point / 1024) (patched BBR) |
 //! | `alpha` | f64 | eq. 38's alpha in force, BDPs added to cwnd_gain (fixed point / 256) (patched BBR) |
 //! | `on_us`, `off_us` | u32 | On and Off time of the current round so far, us (patched BBR) |
@@ -205,7 +206,7 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 51] = [
+pub const COLUMNS: [&str; 52] = [
     "ts_ns",
     "flow_id",
     "saddr",
@@ -236,6 +237,7 @@ pub const COLUMNS: [&str; 51] = [
     "min_win",
     "max_win",
     "last_cwnd",
+    "quiet_rounds",
     "theta",
     "alpha",
     "on_us",
@@ -660,6 +662,7 @@ struct Columns {
     min_win: Vec<u32>,
     max_win: Vec<u32>,
     last_cwnd: Vec<u32>,
+    quiet_rounds: Vec<u32>,
     theta: Vec<f64>,
     alpha: Vec<f64>,
     on_us: Vec<u32>,
@@ -725,6 +728,7 @@ impl Columns {
             min_win: v(n),
             max_win: v(n),
             last_cwnd: v(n),
+            quiet_rounds: v(n),
             theta: v(n),
             alpha: v(n),
             on_us: v(n),
@@ -794,6 +798,7 @@ impl Columns {
         self.min_win.push(e.min_win);
         self.max_win.push(e.max_win);
         self.last_cwnd.push(e.last_cwnd);
+        self.quiet_rounds.push(e.quiet_rounds);
         self.theta.push(event::theta(e.theta));
         self.alpha.push(event::gain(e.alpha));
         self.on_us.push(e.on_us);
@@ -900,6 +905,7 @@ impl Columns {
             valid!(UInt32Chunked, "min_win", self.min_win, modest),
             valid!(UInt32Chunked, "max_win", self.max_win, modest),
             valid!(UInt32Chunked, "last_cwnd", self.last_cwnd, modest),
+            valid!(UInt32Chunked, "quiet_rounds", self.quiet_rounds, modest),
             valid!(Float64Chunked, "theta", self.theta, theta),
             valid!(Float64Chunked, "alpha", self.alpha, theta),
             valid!(UInt32Chunked, "on_us", self.on_us, theta),
@@ -991,7 +997,7 @@ impl CsvSink {
         let ds = event::has_dstar_state(e.algo);
         writeln!(
             self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             e.ts_ns,
             e.flow_id,
             event::addr_string(e.saddr),
@@ -1022,6 +1028,7 @@ impl CsvSink {
             opt(modest, e.min_win),
             opt(modest, e.max_win),
             opt(modest, e.last_cwnd),
+            opt(modest, e.quiet_rounds),
             opt(pt, event::theta(e.theta)),
             opt(pt, event::gain(e.alpha)),
             opt(pt, e.on_us),
@@ -1505,7 +1512,13 @@ pub(crate) mod tests {
             if event::has_modest_state(a) {
                 assert_eq!(col("min_win"), AnyValue::UInt32(want.min_win));
             } else {
-                for c in ["modest_phase", "min_win", "max_win", "last_cwnd"] {
+                for c in [
+                    "modest_phase",
+                    "min_win",
+                    "max_win",
+                    "last_cwnd",
+                    "quiet_rounds",
+                ] {
                     assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
                 }
             }

@@ -540,10 +540,14 @@ pub struct BurstRecovery {
 }
 
 impl BurstRecovery {
-    /// Acknowledged bit/s over seconds [from, to) after the burst.
-    pub fn mean_bps(&self, from: usize, to: usize) -> f64 {
-        let s = &self.per_second_bps[from..to];
-        s.iter().sum::<f64>() / s.len() as f64
+    /// The median of the per-second acknowledged rates over seconds
+    /// [from, to) after the burst: one second cut by BBR's PROBE_RTT (some
+    /// 200 ms at 4 packets, every 10 s) does not move it, a pinned window
+    /// (every second low) does.
+    pub fn median_bps(&self, from: usize, to: usize) -> f64 {
+        let mut s = self.per_second_bps[from..to].to_vec();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
     }
 
     /// The first second after the burst whose acknowledged rate reached

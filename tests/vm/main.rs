@@ -725,8 +725,11 @@ mod modest {
     /// 15 % of its packets for 1 s, 2 s into the flow (in PROBE_BW: the
     /// loss starts searches, and every retransmission in the linear phase
     /// starts the next from the smaller window then), is back to >= 90 % of
-    /// the link in the 10 s after the burst: the acknowledged rate over the
-    /// last 2 of those seconds, from the socket's bytes_acked. "The link"
+    /// the link in the 10 s after the burst: the median of the per-second
+    /// acknowledged rates over seconds 5-10 after it, from the socket's
+    /// bytes_acked (the median, because BBR's own PROBE_RTT cuts one second
+    /// in ten: a VM run read 19.2, 19.1, 19.4, 19.2, 14.4 Mbit/s there and
+    /// failed a mean over seconds 8-10 at 89 %). "The link"
     /// is what the reference Cubic flow carried just before (at least 85 %
     /// of the rate, see `measure_on_a_healthy_link`). 40 ms, 1 BDP buffer.
     /// A design whose linear phase stops at last_cwnd for good fails it
@@ -750,7 +753,7 @@ mod modest {
                 );
                 Ok((rate, reference * rate as f64, r))
             });
-        let last2 = r.mean_bps(modest::RECOVERY_SECS - 2, modest::RECOVERY_SECS);
+        let back = r.median_bps(modest::RECOVERY_SECS - 5, modest::RECOVERY_SECS);
         let per_s: Vec<String> = r
             .per_second_bps
             .iter()
@@ -761,7 +764,7 @@ mod modest {
             &format!(
                 "modest_bbr, {} Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} Mbit/s before a {:.1} s burst of 15 % loss, \
                  {} retransmits in it, cwnd down to {} pkt; after it, per second: [{}] Mbit/s; \
-                 first second at 90 % of the link: {:?}; seconds 8-10: {:.1} Mbit/s = {:.0} % of the link",
+                 first second at 90 % of the link: {:?}; median of seconds 5-10: {:.1} Mbit/s = {:.0} % of the link",
                 rate / 1_000_000,
                 mbit(link_bps),
                 mbit(r.before_bps),
@@ -770,15 +773,15 @@ mod modest {
                 r.min_cwnd_after,
                 per_s.join(", "),
                 r.first_second_at(0.9 * link_bps),
-                mbit(last2),
-                100.0 * last2 / link_bps
+                mbit(back),
+                100.0 * back / link_bps
             ),
         );
         assert!(r.retrans_in_burst > 0, "the burst forced no retransmission");
         assert!(
-            last2 >= 0.9 * link_bps,
-            "pinned: {:.1} Mbit/s in seconds 8-10 after the burst, below 90 % of the {:.1} Mbit/s the link carries",
-            mbit(last2),
+            back >= 0.9 * link_bps,
+            "pinned: a median {:.1} Mbit/s over seconds 5-10 after the burst, below 90 % of the {:.1} Mbit/s the link carries",
+            mbit(back),
             mbit(link_bps)
         );
     }

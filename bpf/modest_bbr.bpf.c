@@ -100,10 +100,11 @@
  * (Sec. III-C: W_min 0.75, W_max 1, S_min 1 packet) and bounds, with the
  * reasons, are in ccctl_abi.h's CCCTL_PARAMS. */
 #define MODEST_W_SCALE 10
+_Static_assert((1U << MODEST_W_SCALE) == CCCTL_W_UNIT, "W_min/W_max scale");
 
 /* quiet_rounds counts up to here and stays: above the parameter's bound. */
 #define MODEST_QUIET_ROUNDS_MAX 0xffff
-_Static_assert((1U << MODEST_W_SCALE) == CCCTL_W_UNIT, "W_min/W_max scale");
+_Static_assert(MODEST_QUIET_ROUNDS_MAX > ccctl_param_hi_quiet_rounds, "quiet_rounds saturation");
 
 /* Per-socket search state (bpf_sk_storage "modest_sk"). */
 struct modest {

@@ -481,8 +481,8 @@ fn windowed_shares(flows: &[FlowResult], window: f64) -> String {
 /// btl_bw behaves in it is what is checked.
 #[test]
 fn probe_rtt_samples_do_not_become_btl_bw() {
-    use common::lab::{read_parquet, strs, wait_for};
-    use common::tracing::{interrupt, spawn_trace, trace_cfg_enabled, u64s};
+    use common::lab::strs;
+    use common::tracing::{u64s, FlowTrace};
 
     require_vm();
     let _clean = Clean::new();
@@ -491,23 +491,17 @@ fn probe_rtt_samples_do_not_become_btl_bw() {
     let rtt = Duration::from_millis(10);
     let secs = 40;
     let tb = testbed(TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500)).with_rtts(&[rtt]));
-    let out = common::tempdir("probe-rtt").join("bbr.parquet");
-    let port = tb.alloc_port();
-    let tracer = spawn_trace(&["--algo", "bbr", "--port", &port.to_string()], &out);
-    wait_for(
-        "tracing to be switched on",
-        Duration::from_secs(30),
-        trace_cfg_enabled,
+    let trace = FlowTrace::start(
+        &tb,
+        "bbr",
+        &common::tempdir("probe-rtt").join("bbr.parquet"),
     );
     let flow = iperf::run_flow(
         &tb,
-        &FlowSpec::new(0, "bpf_bbr", Duration::from_secs(secs)).port(port),
+        &FlowSpec::new(0, "bpf_bbr", Duration::from_secs(secs)).port(trace.port),
     )
     .expect("iperf3");
-    let (code, stderr) = interrupt(tracer);
-    assert_eq!(code, 0, "ccctl trace after SIGINT: {stderr}");
-
-    let df = read_parquet(&out);
+    let df = trace.finish();
     let data_port = flow.local_port.expect("local port") as u64;
     let (sport, ts, btl_bw, min_rtt, retrans, mode) = (
         u64s(&df, "sport"),
@@ -532,7 +526,7 @@ fn probe_rtt_samples_do_not_become_btl_bw() {
         .filter(|w| min_rtt[w[0]] != min_rtt[w[1]])
         .map(|w| format!("{:.2} s: {} us", at(w[1]), min_rtt[w[1]]))
         .collect();
-    // Every PROBE_RTT episode: (entry btl_bw, lowest btl_bw in it, events).
+    // Every PROBE_RTT episode, in trace order.
     struct Episode {
         start_s: f64,
         end_s: f64,

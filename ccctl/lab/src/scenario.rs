@@ -321,7 +321,18 @@ impl Scenario {
                 .span()
                 .map(|r| describe_span(text, r))
                 .unwrap_or_else(|| "scenario".into());
-            bad(field, e.message().to_string())
+            // The parser's own message is empty for some syntax errors (a
+            // file that ends inside an array, found by the fuzz test); a
+            // refusal must still say what is wrong.
+            let message = e.message().trim();
+            let message = if message.is_empty() {
+                "is not valid TOML here: a `[`, `{` or string is not closed \
+                 before this point, or the file ends early"
+                    .to_string()
+            } else {
+                message.to_string()
+            };
+            bad(field, message)
         })?;
         sc.validate()?;
         Ok(sc)
@@ -858,5 +869,16 @@ rtt = ["10ms", "50ms"]"#,
             .expect_err("modest-bbr is not known");
         assert_eq!(e.field, "flows[1].cc");
         assert!(e.message.contains("reno, cubic, bbr"));
+    }
+
+    /// A file cut off inside an array (the fuzz test found one: the closing
+    /// `]` of `sweep.flows` replaced by a comment) is refused with a message,
+    /// not with the parser's empty one.
+    #[test]
+    fn an_unterminated_array_is_refused_with_a_message() {
+        let text = format!("{BASE}[sweep]\nflows = [\n    [\"cubic\"],\n#");
+        let e = Scenario::from_toml(&text).expect_err("unterminated array");
+        assert!(!e.field.trim().is_empty(), "{e:?}");
+        assert!(e.message.contains("not valid TOML"), "{e:?}");
     }
 }

@@ -17,6 +17,7 @@ static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v) { return gain;
 static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v) { return cwnd; }
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to) {}
 static void bbr_hook_release(struct sock *sk) {}
+static void bbr_hook_undo(struct sock *sk) {}
 static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e, void *v) {}
 
 BBR_STRUCT_OPS("bpf_bbr");

@@ -242,6 +242,8 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  *                         (not called in loss recovery's packet conservation)
  *   bbr_hook_mode_change  BBR moves from one mode to another
  *   bbr_hook_release      the socket leaves this congestion control
+ *   bbr_hook_undo         the kernel undid a loss episode: DSACKs or timestamps
+ *                         showed its retransmissions were spurious (reordering)
  *   bbr_hook_trace        add the variant's own state to this ACK's trace event
  *
  * The PROBE_BW cwnd gain and up-probe pacing gain come from the params map
@@ -262,6 +264,7 @@ static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v);
 static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v);
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to);
 static void bbr_hook_release(struct sock *sk);
+static void bbr_hook_undo(struct sock *sk);
 static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e, void *v);
 
 /* PROBE_BW cwnd gain in force: the params map's, clamped; 2.0 by default. */
@@ -1073,6 +1076,7 @@ u32 BPF_PROG(bbr_undo_cwnd, struct sock *sk)
 	bbr->full_bw = 0;
 	bbr->full_bw_count = 0;
 	bbr_lt_reset(sk);
+	bbr_hook_undo(sk);
 	return tcp_snd_cwnd(tcp_sk(sk));
 }
 

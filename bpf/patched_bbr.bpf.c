@@ -450,6 +450,9 @@ static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd
 
 static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to) {}
 
+/* Patched BBR has no loss state of its own to take back. */
+static void bbr_hook_undo(struct sock *sk) {}
+
 /* A socket starting with this algorithm: no send seen yet, Θ = 1. */
 static void bbr_hook_init(struct sock *sk)
 {

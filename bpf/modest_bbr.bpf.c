@@ -189,7 +189,9 @@ static __always_inline u32 modest_bbr_window(struct sock *sk)
 	return min(cwnd, bbr_inflight(sk, bbr_bw(bbr), BBR_UNIT));
 }
 
-/* Alg. 1 lines 1-6: the first retransmission starts a binary search. */
+/* Alg. 1 lines 1-6: the first retransmission starts a binary search.
+ * Inlined: compiled as a subprogram, one build was refused by the 6.18
+ * verifier ("cannot return stack pointer to the caller"). */
 static __always_inline void modest_start_search(struct sock *sk, struct modest *m,
 				const struct modest_params *p)
 {

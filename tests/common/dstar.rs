@@ -504,12 +504,21 @@ pub fn dstar_trace_follows_fig1(cfg: TestbedConfig, secs: u64) {
     );
     // A 10 s timeout may come (D* keeps its gain_cwnd queued, so min RTT
     // need not refresh); check_fig1 has checked each came only after 10 s.
-    // Independently of D*'s own RTT sample: the modes last about k x the
-    // kernel's smoothed RTT.
-    for (mode, r) in &s.srtt_ratio_median {
+    // Independently of D*'s own RTT sample: GAIN 1 and GAIN 2 last about
+    // k x the kernel's smoothed RTT (hundreds of each per flow).
+    //
+    // Not DRAIN: its window of 4 empties the queue, so the latest RTT sample
+    // D* times it by falls below the smoothed RTT, which lags by 7/8 per
+    // sample, by as much as the queue was. Where the queue is the whole RTT
+    // (the host) that ratio is noise: one DRAIN per flow, 0.53-1.31 over 30
+    // host runs of this test (a CI run failed at one of them), and 0.585 at
+    // the median over 77 DRAINs in the timeout test. DRAIN's length is
+    // checked against D*'s own sample in check_fig1, both ways.
+    for mode in ["gain1", "gain2"] {
+        let r = s.srtt_ratio_median.get(mode).copied().unwrap_or(f64::NAN);
         assert!(
-            (0.6..=1.7).contains(r),
-            "{mode} lasted {r:.2} x (k x srtt) at the median"
+            (0.6..=1.7).contains(&r),
+            "{mode} lasted {r:.2} x (k x srtt) at the median: {s:?}"
         );
     }
 }

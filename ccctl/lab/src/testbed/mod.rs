@@ -44,6 +44,11 @@
 //!   (u32 match-all + mirred) to an `ifb0` device whose root is
 //!   `netem loss P%`. Built with a loss (0 included), the testbed can
 //!   change it while flows run ([`Testbed::set_loss`]: a loss burst).
+//! * Reordering (optional, [`Reorder`]) is the same netem on the same
+//!   path: `delay D reorder P% 50%`, a share P of the packets leaves at
+//!   once and overtakes the others, which wait D (so D adds to the path's
+//!   RTT). Like loss it comes after the bottleneck, as on a path whose
+//!   parallel links (ECMP, link aggregation) differ in delay.
 //!
 //! TSO/GSO/GRO are switched off on every veth end of the path, so buffer
 //! sizes mean what they say.
@@ -102,7 +107,9 @@ use std::time::Duration;
 use exec::{run_batch, spawn_tc_batch};
 use link::{veth_line, NsSetup, IFB_DEV};
 use netns::next_prefix;
-use qdisc::{gate_ifb_dev, gate_qdiscs, loss_netem_line, loss_qdiscs, modprobe_all, router_qdiscs};
+use qdisc::{
+    data_path_netem_line, data_path_qdiscs, gate_ifb_dev, gate_qdiscs, modprobe_all, router_qdiscs,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -184,6 +191,8 @@ pub struct TestbedConfig {
     /// `Some` (0.0 included) installs the loss path, so that
     /// [`Testbed::set_loss`] can change it later; `None`: no loss path.
     pub loss: Option<f64>,
+    /// Reordering on the data path after the bottleneck (needs netem).
+    pub reorder: Option<Reorder>,
     pub aqm: Aqm,
     pub mtu: u32,
     /// Turn TSO/GSO/GRO off on every veth of the path (default true).
@@ -200,6 +209,7 @@ impl TestbedConfig {
             buffer_bytes,
             senders: vec![SenderConfig::default()],
             loss: None,
+            reorder: None,
             aqm: Aqm::TailDrop,
             mtu: 1500,
             disable_offloads: true,
@@ -226,13 +236,24 @@ impl TestbedConfig {
         self
     }
 
+    /// Reorders the data path: see [`Reorder`].
+    pub fn with_reorder(mut self, reorder: Reorder) -> Self {
+        self.reorder = Some(reorder);
+        self
+    }
+
+    /// Whether the receiver's ifb netem (loss, reordering) is installed.
+    fn has_data_path_netem(&self) -> bool {
+        self.loss.is_some() || self.reorder.is_some()
+    }
+
     pub fn with_aqm(mut self, aqm: Aqm) -> Self {
         self.aqm = aqm;
         self
     }
 
     fn needs_netem(&self) -> bool {
-        self.loss.is_some() || self.senders.iter().any(|s| !s.rtt.is_zero())
+        self.has_data_path_netem() || self.senders.iter().any(|s| !s.rtt.is_zero())
     }
 
     fn validate(&self) -> Result<()> {
@@ -260,6 +281,20 @@ impl TestbedConfig {
                 return Err(Error::Config(format!("loss probability {p} not in [0, 1)")));
             }
         }
+        if let Some(r) = self.reorder {
+            if !(r.share > 0.0 && r.share < 1.0) {
+                return Err(Error::Config(format!(
+                    "reorder share {} not in (0, 1)",
+                    r.share
+                )));
+            }
+            if r.delay.is_zero() || r.delay > MAX_REORDER_DELAY {
+                return Err(Error::Config(format!(
+                    "reorder delay {:?} not in (0, {MAX_REORDER_DELAY:?}]",
+                    r.delay
+                )));
+            }
+        }
         for (i, s) in self.senders.iter().enumerate() {
             if let Some(g) = s.gate {
                 if g.on.is_zero() || g.off.is_zero() {
@@ -276,6 +311,23 @@ impl TestbedConfig {
         Ok(())
     }
 }
+
+/// Reordering on the data path, after the bottleneck: each packet leaves at
+/// once with probability `share` (correlated 50 % with the one before, so
+/// reordered packets come in short runs) and overtakes the others, which
+/// wait `delay`. With a `delay` of many packets' transmission times the
+/// overtaken ones look lost to SACK and RACK until reordering is learnt:
+/// spurious retransmissions, which DSACKs then reveal and the kernel undoes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reorder {
+    /// Share of the packets that overtake, (0, 1).
+    pub share: f64,
+    /// How long the others wait (added to the path's RTT), (0, 1 s].
+    pub delay: Duration,
+}
+
+/// Longest reordering delay a testbed takes.
+const MAX_REORDER_DELAY: Duration = Duration::from_secs(1);
 
 /// How long a gated link may take to be running on both ends before the
 /// testbed gives up (linkwatch delays non-urgent carrier events by up to 1 s).
@@ -323,7 +375,7 @@ impl Testbed {
         modprobe_all();
         if cfg.needs_netem() && !netem_available()? {
             return Err(Error::NetemMissing {
-                what: "a non-zero base RTT or random loss".into(),
+                what: "a non-zero base RTT, random loss or reordering".into(),
             });
         }
         if cfg.senders.iter().any(|s| s.gate.is_some()) && !taprio_available()? {
@@ -450,7 +502,7 @@ impl Testbed {
         }
         // `tc -n`: one process (each costs ~300 ms in the TCG VM, and a
         // burst's edges should be where the caller put them).
-        let line = loss_netem_line("change", p);
+        let line = data_path_netem_line("change", p, self.cfg.reorder);
         let mut cmd = std::process::Command::new("tc");
         cmd.arg("-n")
             .arg(self.ns(Role::Receiver))
@@ -480,14 +532,14 @@ impl Testbed {
         let senders: Vec<String> = (0..c.senders.len())
             .map(|i| self.ns(Role::Sender(i)))
             .collect();
-        let loss = c.loss;
+        let data_path = c.has_data_path_netem();
         let mut all = vec![rt.clone(), rx.clone()];
         all.extend(senders.iter().cloned());
 
         let mut lines: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
         // Router <-> receiver, with the bottleneck on the router's egress.
         lines.push(veth_line(&rt, ROUTER_RX_DEV, &rx, RECEIVER_DEV, c.mtu));
-        if loss.is_some() {
+        if data_path {
             lines.push(format!("link add {IFB_DEV} netns {rx} type ifb"));
         }
         for (i, s) in senders.iter().enumerate() {
@@ -511,7 +563,7 @@ impl Testbed {
             }
         }
         let rt_tc = router_qdiscs(&self.cfg);
-        let rx_tc = loss.map(loss_qdiscs);
+        let rx_tc = data_path.then(|| data_path_qdiscs(c.loss.unwrap_or(0.0), c.reorder));
         let setups = self.ns_setups();
         let gates: Vec<(usize, Gate)> = c
             .senders
@@ -655,7 +707,7 @@ impl Testbed {
         let mut rx = base(Role::Receiver);
         no_dad(&mut rx, RECEIVER_DEV);
         rx.up.push(RECEIVER_DEV.into());
-        if c.loss.is_some() {
+        if c.has_data_path_netem() {
             rx.up.push(IFB_DEV.into());
         }
         if c.disable_offloads {
@@ -726,9 +778,29 @@ mod tests {
             .with_loss(0.0)
             .needs_netem());
         assert_eq!(
-            loss_netem_line("change", 0.05),
+            data_path_netem_line("change", 0.05, None),
             "qdisc change dev ifb0 root netem loss 5% limit 100000"
         );
+        let reorder = Reorder {
+            share: 0.1,
+            delay: Duration::from_millis(20),
+        };
+        // A loss burst on a reordering path keeps the reordering.
+        assert_eq!(
+            data_path_netem_line("change", 0.15, Some(reorder)),
+            "qdisc change dev ifb0 root netem loss 15% delay 20000us reorder 10% 50% limit 100000"
+        );
+        let with = |share: f64, ms: u64| {
+            TestbedConfig::new(50_000_000, 62_500).with_reorder(Reorder {
+                share,
+                delay: Duration::from_millis(ms),
+            })
+        };
+        assert!(with(0.1, 20).validate().is_ok());
+        assert!(with(0.1, 20).needs_netem());
+        for (share, ms) in [(0.0, 20), (1.0, 20), (f64::NAN, 20), (0.1, 0), (0.1, 1001)] {
+            assert!(with(share, ms).validate().is_err(), "{share} {ms} ms");
+        }
         assert!(TestbedConfig::new(50_000_000, 62_500)
             .with_rtts(&[Duration::from_millis(20)])
             .needs_netem());

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::exec::run;
 use super::link::{IFB_DEV, RECEIVER_DEV, ROUTER_RX_DEV};
 use super::netns::ScratchNs;
-use super::{router_sender_dev, Error, Result, TestbedConfig};
+use super::{router_sender_dev, Error, Reorder, Result, TestbedConfig};
 
 /// Ethernet header bytes counted by qdiscs on a veth on top of the IP packet.
 pub const ETH_HLEN: u64 = 14;
@@ -188,11 +188,12 @@ pub fn taprio_available() -> Result<bool> {
     qdisc_available("taprio", &args)
 }
 
-/// The receiver's `tc` script for random loss `p`: `eth0` ingress redirected
-/// to the ifb device, whose root netem drops.
-pub(super) fn loss_qdiscs(p: f64) -> Vec<String> {
+/// The receiver's `tc` script for the data path after the bottleneck:
+/// `eth0` ingress redirected to the ifb device, whose root netem drops a
+/// fraction `loss` and reorders as `reorder` says.
+pub(super) fn data_path_qdiscs(loss: f64, reorder: Option<Reorder>) -> Vec<String> {
     vec![
-        loss_netem_line("add", p),
+        data_path_netem_line("add", loss, reorder),
         format!("qdisc add dev {RECEIVER_DEV} handle ffff: ingress"),
         format!(
             "filter add dev {RECEIVER_DEV} parent ffff: protocol all u32 match u32 0 0 \
@@ -201,12 +202,21 @@ pub(super) fn loss_qdiscs(p: f64) -> Vec<String> {
     ]
 }
 
-/// `tc qdisc <verb>` of the ifb device's netem dropping a fraction `p`
-/// (`add` when built, `change` for [`super::Testbed::set_loss`]).
-pub(super) fn loss_netem_line(verb: &str, p: f64) -> String {
+/// `tc qdisc <verb>` of the ifb device's netem: drop a fraction `loss`,
+/// reorder as `reorder` says (`add` when built, `change` for
+/// [`super::Testbed::set_loss`], which must repeat the reordering: a netem
+/// change resets every option it does not name).
+pub(super) fn data_path_netem_line(verb: &str, loss: f64, reorder: Option<Reorder>) -> String {
+    let reorder = reorder.map_or(String::new(), |r| {
+        format!(
+            " delay {}us reorder {}% 50%",
+            r.delay.as_micros(),
+            r.share * 100.0
+        )
+    });
     format!(
-        "qdisc {verb} dev {IFB_DEV} root netem loss {}% limit {NETEM_LIMIT}",
-        p * 100.0
+        "qdisc {verb} dev {IFB_DEV} root netem loss {}%{reorder} limit {NETEM_LIMIT}",
+        loss * 100.0
     )
 }
 

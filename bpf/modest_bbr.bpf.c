@@ -89,10 +89,11 @@
  *  10. A loss episode the kernel undoes (DSACKs or timestamps show its
  *      retransmissions were spurious: the segments were reordered, not
  *      dropped) ends the search and hands BBR back last_cwnd
- *      (bbr_hook_undo).  Alg. 1 reads every retransmission as congestion;
- *      on a path that reorders, that pinned a lone flow at BBR's 4-packet
- *      floor (veth, per-packet benchmark: 0.50x native bbr before, 1.00x
- *      after).
+ *      (bbr_hook_undo), and its retransmissions never start one (the undo
+ *      can come before the ACK on which Modest would see them).  Alg. 1
+ *      reads every retransmission as congestion; on a path that reorders,
+ *      that pinned a lone flow at BBR's 4-packet floor (veth, per-packet
+ *      benchmark: 0.50x native bbr before, 1.00x after).
  *
  * Parameters come from the params map (ccctl tune): W_min, W_max (x 1024),
  * S_min (packets), and the BBR gains every BBR-based algorithm has; all
@@ -410,12 +411,27 @@ static void bbr_hook_release(struct sock *sk)
  * in 1.5 s and stayed at BBR's floor, the growth at the top held off by
  * an RTT (50 us) never within 1/8 of min_rtt (4 us).  Runs in the
  * undo_cwnd program, not per ACK: one storage lookup per undo.
+ *
+ * The episode's retransmissions are marked as seen, so that no later ACK
+ * starts a search on them: the kernel may undo on the very ACK after the
+ * retransmission (the delayed original fills the hole; the ACK echoes its
+ * timestamp: a partial undo), before that ACK's cong_control shows Modest
+ * the new total_retrans.  Ending only a search in force missed exactly
+ * those: on a VM path reordering 10 % of packets by 20 ms, each such search
+ * began after its undo, ran on, and held the flow at half the link
+ * (TcpExtTCPPartialUndo = TCPSackRecovery, every DSACK ignored: undone
+ * already).  Every retransmission since the previous ACK belongs to the
+ * episode undone here (earlier ones were seen on earlier ACKs), but for a
+ * tail loss probe a timer may have sent in between, which this hides too.
  */
 static void bbr_hook_undo(struct sock *sk)
 {
 	struct modest *m = modest_of(sk, false);
 
-	if (m && m->phase != CCCTL_MODEST_INACTIVE)
+	if (!m)
+		return;
+	m->retrans_seen = tcp_sk(sk)->total_retrans;
+	if (m->phase != CCCTL_MODEST_INACTIVE)
 		modest_end_search(sk, m);
 }
 

@@ -654,3 +654,94 @@ pub fn lone_flow_through_a_loss_burst(
         burst_secs: off - on,
     }
 }
+
+/// One lone flow on a reordering path, as the sender's kernel saw it.
+#[derive(Debug, Clone)]
+pub struct ReorderedFlow {
+    pub cc: String,
+    /// Receiver-side goodput, bit/s, after the first 2 s (slow start).
+    pub goodput_bps: f64,
+    pub retransmits: u64,
+    /// Segments the receiver reported as received twice (DSACK): the
+    /// retransmissions that were spurious (`TcpExt.TCPDSACKRecv`).
+    pub dsacks: u64,
+    /// Loss episodes the kernel undid (`TCPFullUndo`, `TCPPartialUndo`,
+    /// `TCPDSACKUndo`, `TCPLossUndo`).
+    pub undos: u64,
+    /// Packets the bottleneck's tbf dropped: real losses (the reordering
+    /// netem drops none).
+    pub bottleneck_drops: u64,
+    /// Per second, slow start included: (Mbit/s, retransmits).
+    pub per_second: Vec<(f64, u64)>,
+}
+
+/// The sender namespace's TcpExt counters (`/proc/net/netstat` read from
+/// inside it: per network namespace, so a fresh testbed starts at 0).
+fn sender_tcp_ext(tb: &Testbed) -> std::collections::BTreeMap<String, u64> {
+    let out = tb
+        .exec(Role::Sender(0), &["cat", "/proc/net/netstat"])
+        .expect("reading /proc/net/netstat in the sender namespace");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut counters = std::collections::BTreeMap::new();
+    for pair in lines.chunks(2) {
+        if let [names, values] = pair {
+            if names.starts_with("TcpExt:") && values.starts_with("TcpExt:") {
+                for (n, v) in names
+                    .split_whitespace()
+                    .zip(values.split_whitespace())
+                    .skip(1)
+                {
+                    counters.insert(n.to_string(), v.parse().unwrap_or(0));
+                }
+            }
+        }
+    }
+    assert!(
+        counters.contains_key("TCPDSACKRecv"),
+        "no TcpExt counters in /proc/net/netstat: {text}"
+    );
+    counters
+}
+
+/// One lone flow of `cc` (registered) for `secs` on a fresh testbed built
+/// from `cfg` (which should reorder: [`TestbedConfig::with_reorder`]).
+pub fn lone_flow_on_a_reordering_path(cc: &str, cfg: TestbedConfig, secs: u64) -> ReorderedFlow {
+    let tb = testbed(cfg);
+    let flow = iperf::run_flow(
+        &tb,
+        &FlowSpec::new(0, cc, Duration::from_secs(secs)).omit(2),
+    )
+    .expect("iperf3");
+    let ext = sender_tcp_ext(&tb);
+    let bottleneck = tb.bottleneck_stats().expect("the bottleneck's counters");
+    let _ = tb.destroy();
+    assert_eq!(flow.sender_cc.as_deref(), Some(cc));
+    let get = |n: &str| ext.get(n).copied().unwrap_or(0);
+    ReorderedFlow {
+        cc: cc.to_string(),
+        goodput_bps: flow.goodput_bps,
+        retransmits: flow.retransmits,
+        dsacks: get("TCPDSACKRecv"),
+        undos: [
+            "TCPFullUndo",
+            "TCPPartialUndo",
+            "TCPDSACKUndo",
+            "TCPLossUndo",
+        ]
+        .iter()
+        .map(|n| get(n))
+        .sum(),
+        bottleneck_drops: bottleneck.drops,
+        per_second: flow
+            .intervals
+            .iter()
+            .map(|i| {
+                (
+                    (i.bits_per_second / 1e5).round() / 10.0,
+                    i.retransmits.unwrap_or(0),
+                )
+            })
+            .collect(),
+    }
+}

@@ -38,6 +38,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
 use crate::proc;
+use crate::vm::TempFile;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -114,7 +115,7 @@ fn host_lock() -> Result<Option<std::fs::File>> {
 /// 9p: every start pages it in again (2-3 s under TCG, against 0.65 s from
 /// the guest's tmpfs), and the soak starts ccctl thousands of times. There
 /// it runs a copy in /run (tmpfs; gone with the VM, removed on return).
-fn in_vm_copy(ccctl: &Path) -> Result<Option<RemoveOnDrop>> {
+fn in_vm_copy(ccctl: &Path) -> Result<Option<TempFile>> {
     if std::env::var("CCCTL_IN_VM").as_deref() != Ok("1") {
         return Ok(None);
     }
@@ -126,15 +127,7 @@ fn in_vm_copy(ccctl: &Path) -> Result<Option<RemoveOnDrop>> {
         ccctl.display(),
         copy.display()
     );
-    Ok(Some(RemoveOnDrop(copy)))
-}
-
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+    Ok(Some(TempFile(copy)))
 }
 
 struct Ccctl(PathBuf);

@@ -94,8 +94,9 @@ impl VmOutcome {
     }
 }
 
-/// Removes the generated guest script.
-struct TempFile(PathBuf);
+/// A file removed when dropped (the generated guest script; the soak's
+/// copy of ccctl).
+pub(crate) struct TempFile(pub(crate) PathBuf);
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);

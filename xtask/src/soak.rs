@@ -10,8 +10,10 @@
 //!   names registered, the default congestion control unchanged, every flow
 //!   completed with data acknowledged.
 //! - `kill`: `--trials` SIGKILLs at uniformly random points inside `load`,
-//!   `unload`, `tune`, `trace`, `daemon` and `lab run` each (the window is the
-//!   command's own duration, measured first). After each kill the next
+//!   `unload`, `tune`, `trace`, `daemon` and `lab run` each (`--only` picks
+//!   some; the window is the command's own duration, measured first, whole
+//!   for every command but the daemon, which runs until told and is hit in
+//!   its first 5 s). After each kill the next
 //!   command (`ccctl status`) must succeed and find a consistent state:
 //!   every pinned algorithm registered and usable (`tune --json` reads it),
 //!   every registered name of ours pinned, and a killed `tune` leaves the old
@@ -47,6 +49,30 @@ pub enum Mode {
     Daemon,
 }
 
+/// The commands `kill` interrupts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Killed {
+    Load,
+    Unload,
+    Tune,
+    Trace,
+    Daemon,
+    LabRun,
+}
+
+impl Killed {
+    /// The longest undisturbed run the kill window may span. The daemon
+    /// runs until told, so its window is its first 5 s (start-up: load,
+    /// attach, first trace reads); every other command ends by itself and
+    /// is hit anywhere in its whole run, teardown included.
+    fn window_cap(self) -> Duration {
+        match self {
+            Killed::Daemon => Duration::from_secs(5),
+            _ => Duration::from_secs(300),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SoakArgs {
     #[arg(value_enum)]
@@ -57,6 +83,9 @@ pub struct SoakArgs {
     /// SIGKILL trials per command (`kill`).
     #[arg(long, default_value_t = 100)]
     pub trials: u32,
+    /// Only these commands (`kill`; default: all six).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Killed>,
     /// Minutes the daemon runs (`daemon`).
     #[arg(long, default_value_t = 30.0)]
     pub minutes: f64,
@@ -78,7 +107,7 @@ pub fn main(args: SoakArgs) -> Result<i32> {
     c.must(&["unload", "--all"])?;
     let failures = match args.mode {
         Mode::Cycles => cycles(&c, args.n)?,
-        Mode::Kill => kill(&c, args.trials)?,
+        Mode::Kill => kill(&c, args.trials, &args.only)?,
         Mode::Daemon => daemon(&c, args.minutes)?,
     };
     if failures.is_empty() {
@@ -452,7 +481,7 @@ fn check_consistent(
     Ok(Ok(repairs))
 }
 
-fn kill(c: &Ccctl, trials: u32) -> Result<Vec<String>> {
+fn kill(c: &Ccctl, trials: u32, only: &[Killed]) -> Result<Vec<String>> {
     let algos = c.algorithms()?;
     let default_before = default_cc()?;
     let before = objects()?;
@@ -485,17 +514,29 @@ fn kill(c: &Ccctl, trials: u32) -> Result<Vec<String>> {
     };
     let mut tune_b = vec!["tune", "modest-bbr"];
     tune_b.extend_from_slice(&set_b);
-    let commands: Vec<(&str, Setup, Vec<&str>)> = vec![
-        ("load", none, vec!["load", "modest-bbr", "--default"]),
-        ("unload", load_bbr, vec!["unload", "--all"]),
-        ("tune", load_modest_a, tune_b),
+    let commands: Vec<(Killed, &str, Setup, Vec<&str>)> = vec![
         (
+            Killed::Load,
+            "load",
+            none,
+            vec!["load", "modest-bbr", "--default"],
+        ),
+        (Killed::Unload, "unload", load_bbr, vec!["unload", "--all"]),
+        (Killed::Tune, "tune", load_modest_a, tune_b),
+        (
+            Killed::Trace,
             "trace",
             load_bbr,
             vec!["trace", "--out", &trace_out, "--duration", "1"],
         ),
-        ("daemon", none, vec!["daemon", "--config", &daemon_cfg]),
         (
+            Killed::Daemon,
+            "daemon",
+            none,
+            vec!["daemon", "--config", &daemon_cfg],
+        ),
+        (
+            Killed::LabRun,
             "lab run",
             none,
             vec![
@@ -533,7 +574,10 @@ fn kill(c: &Ccctl, trials: u32) -> Result<Vec<String>> {
 
     let mut failures = Vec::new();
     let mut rng = Lcg::seeded();
-    for (label, setup, argv) in &commands {
+    for (which, label, setup, argv) in &commands {
+        if !only.is_empty() && !only.contains(which) {
+            continue;
+        }
         // The window: one undisturbed run (capped: the daemon runs until told).
         setup(c, &set_a)?;
         let t0 = Instant::now();
@@ -542,7 +586,7 @@ fn kill(c: &Ccctl, trials: u32) -> Result<Vec<String>> {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let cap = Duration::from_secs(5);
+        let cap = which.window_cap();
         while child.try_wait()?.is_none() && t0.elapsed() < cap {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -555,7 +599,7 @@ fn kill(c: &Ccctl, trials: u32) -> Result<Vec<String>> {
         for t in 0..trials {
             proc::bail_if_interrupted()?;
             setup(c, &set_a)?;
-            let params_before = if *label == "tune" {
+            let params_before = if *which == Killed::Tune {
                 Some(params_of(c, "modest-bbr")?)
             } else {
                 None

@@ -193,6 +193,96 @@ pub(super) fn wait_running(ns: &str, dev: &str, timeout: std::time::Duration) ->
     }
 }
 
+/// `IFA_F_TENTATIVE`: the address is still in duplicate address detection
+/// (the flags column of `/proc/net/if_inet6`).
+const IFA_F_TENTATIVE: u32 = 0x40;
+/// `IFA_LINK` scope: a link-local address (the scope column).
+const IPV6_SCOPE_LINK: u32 = 0x20;
+
+/// What `/proc/net/if_inet6` says of `devs`: the ones without a link-local
+/// address yet, and each tentative address as `ADDR on DEV`. Its lines are
+/// `ADDR IFINDEX PREFIXLEN SCOPE FLAGS DEV`, numbers in hex.
+fn ipv6_not_ready(if_inet6: &str, devs: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut link_local = vec![false; devs.len()];
+    let mut tentative = Vec::new();
+    for line in if_inet6.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [addr, _, _, scope, flags, dev] = f[..] else {
+            continue;
+        };
+        let Some(i) = devs.iter().position(|d| d == dev) else {
+            continue;
+        };
+        let hex = |v: &str| u32::from_str_radix(v, 16).unwrap_or(0);
+        if hex(scope) == IPV6_SCOPE_LINK {
+            link_local[i] = true;
+        }
+        if hex(flags) & IFA_F_TENTATIVE != 0 {
+            tentative.push(format!("{addr} on {dev}"));
+        }
+    }
+    let missing = devs
+        .iter()
+        .zip(link_local)
+        .filter(|(_, has)| !has)
+        .map(|(d, _)| d.clone())
+        .collect();
+    (missing, tentative)
+}
+
+/// Waits until each of `devs` in namespace `ns` has its IPv6 link-local
+/// address and no address on them is tentative, polling every 10 ms up to
+/// `timeout`. With `accept_dad = 0` and `IFA_F_NODAD` no detection is run,
+/// but the kernel still adds the link-local address only once linkwatch has
+/// seen the carrier (up to 1 s later) and clears the tentative flag from a
+/// workqueue: on a loaded machine a build was seen to return before that
+/// ran.
+pub(super) fn wait_ipv6_ready(
+    ns: &str,
+    devs: &[String],
+    timeout: std::time::Duration,
+) -> Result<()> {
+    let last = ccctl_sys::netns::run_in(&netns_path(ns), || {
+        let end = std::time::Instant::now() + timeout;
+        loop {
+            // thread-self: /proc/net follows the process's first thread,
+            // which is not in this namespace.
+            let table = std::fs::read_to_string("/proc/thread-self/net/if_inet6")?;
+            let (missing, tentative) = ipv6_not_ready(&table, devs);
+            if missing.is_empty() && tentative.is_empty() {
+                return Ok(None);
+            }
+            if std::time::Instant::now() >= end {
+                return Ok(Some((missing, tentative)));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    })
+    .map_err(|e| Error::Io {
+        what: format!(
+            "entering network namespace {} (setns CLONE_NEWNET)",
+            e.path.display()
+        ),
+        source: e.source,
+    })?
+    .map_err(|source: std::io::Error| Error::Io {
+        what: format!("namespace {ns}: reading /proc/net/if_inet6"),
+        source,
+    })?;
+    match last {
+        None => Ok(()),
+        Some((missing, tentative)) => Err(Error::Timeout {
+            what: format!(
+                "namespace {ns}: IPv6 link-local addresses on {} and {} tentative address(es) [{}] to be ready",
+                if missing.is_empty() { "every device".to_string() } else { format!("[{}] missing", missing.join(", ")) },
+                tentative.len(),
+                tentative.join(", ")
+            ),
+            timeout,
+        }),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Offloads: SIOCETHTOOL
 
@@ -492,6 +582,37 @@ impl Rtnl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_readiness_from_if_inet6() {
+        let devs = vec!["eth0".to_string(), "rt-s0".to_string()];
+        let ready = "00000000000000000000000000000001 01 80 10 80       lo\n\
+                     fd000ccc000000000000000000000002 02 40 00 82     eth0\n\
+                     fe80000000000000b89390fffed51071 02 40 20 80     eth0\n\
+                     fe800000000000000000000000000009 03 40 20 80    rt-s0\n";
+        assert_eq!(ipv6_not_ready(ready, &devs), (vec![], vec![]));
+        // The failed CI run: the link-local address still tentative (0xc0).
+        let tentative = ready.replace("20 80     eth0", "20 c0     eth0");
+        assert_eq!(
+            ipv6_not_ready(&tentative, &devs),
+            (
+                vec![],
+                vec!["fe80000000000000b89390fffed51071 on eth0".to_string()]
+            )
+        );
+        // Before linkwatch: no link-local address on rt-s0 yet.
+        let no_ll: String = ready
+            .lines()
+            .filter(|l| !l.ends_with("rt-s0"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            ipv6_not_ready(&no_ll, &devs),
+            (vec!["rt-s0".to_string()], vec![])
+        );
+        // Other devices (lo, an unrelated one) are not judged.
+        assert_eq!(ipv6_not_ready("", &[]), (vec![], vec![]));
+    }
 
     #[test]
     fn offload_feature_patterns() {

@@ -74,7 +74,9 @@
 //! fd00:ccc::/64 (router ::1, receiver ::2), sender N link fd00:ccc:N+1::/64
 //! (sender ::1, router ::2). IPv6 addresses skip duplicate address detection
 //! (`IFA_F_NODAD`, and `accept_dad = 0` on every testbed device before it
-//! goes up, for the link-local ones too), so they are usable at once.
+//! goes up, for the link-local ones too), and the build waits (at most 5 s)
+//! for the kernel's link-local addresses and its workqueue that clears the
+//! tentative flag, so they are usable at once.
 //!
 //! Namespace names are `ccctl-<pid>-<seq>-<role>`; [`sweep_stale`] removes
 //! namespaces left behind by dead processes.
@@ -332,6 +334,11 @@ const MAX_REORDER_DELAY: Duration = Duration::from_secs(1);
 /// How long a gated link may take to be running on both ends before the
 /// testbed gives up (linkwatch delays non-urgent carrier events by up to 1 s).
 const GATE_LINK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an IPv6 testbed's devices may take to have their link-local
+/// addresses and no tentative one (linkwatch's up to 1 s, then the
+/// addrconf workqueue) before the build gives up.
+const IPV6_READY_TIMEOUT: Duration = Duration::from_secs(5);
 
 // ---------------------------------------------------------------------------
 // Testbed
@@ -598,6 +605,13 @@ impl Testbed {
         })?;
         if !gates.is_empty() {
             self.install_gates(&gates)?;
+        }
+        if c.ip == IpVersion::V6 {
+            // Usable at once means no tentative address when build returns.
+            for setup in &setups {
+                let devs: Vec<String> = setup.addrs.iter().map(|(d, ..)| d.clone()).collect();
+                link::wait_ipv6_ready(&setup.ns, &devs, IPV6_READY_TIMEOUT)?;
+            }
         }
         Ok(())
     }

@@ -783,6 +783,10 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
     let mut clients: Vec<std::process::Child> = Vec::new();
     let mut next_hup = Duration::from_secs(10);
     std::thread::sleep(Duration::from_secs(2));
+    // Flows start on a fixed 1 s cadence: the loop's own work (spawning a
+    // client, checking a SIGHUP for up to 2 s) does not stretch it (in the
+    // VM a sleep of 1 s after that work made it one flow per 1.6 s).
+    let mut next_flow = Instant::now();
     while started.elapsed() < total {
         proc::bail_if_interrupted()?;
         if daemon.child().try_wait()?.is_some() {
@@ -791,6 +795,7 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
         }
         clients.push(ns.client("bpf_bbr", 1, flows)?);
         flows += 1;
+        next_flow += Duration::from_secs(1);
         // Reap finished clients.
         let mut still = Vec::new();
         for mut cl in clients.drain(..) {
@@ -837,7 +842,7 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
                 );
             }
         }
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(next_flow.saturating_duration_since(Instant::now()));
     }
     for cl in clients {
         let out = cl.wait_with_output()?;

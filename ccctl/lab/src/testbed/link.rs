@@ -159,15 +159,34 @@ pub(super) fn neigh_permanent(ns: &str, dev: &str, ip: IpAddr, mac: &str) -> Res
 /// 10 ms up to `timeout`.
 pub(super) fn wait_running(ns: &str, dev: &str, timeout: std::time::Duration) -> Result<()> {
     let what = || format!("namespace {ns}: waiting for {dev} to be running");
-    let running = ccctl_sys::netns::run_in(&netns_path(ns), || {
+    let still_down = poll_in_ns(ns, timeout, &what(), || {
         let sock = IfSock::new()?;
+        Ok((sock.flags(dev)? & libc::IFF_RUNNING as u32 == 0).then_some(()))
+    })?;
+    match still_down {
+        None => Ok(()),
+        Some(()) => Err(Error::Timeout {
+            what: what(),
+            timeout,
+        }),
+    }
+}
+
+/// Polls `probe` every 10 ms on a thread inside namespace `ns` until it
+/// finds nothing missing (`None`: ready) or `timeout` passes (then the last
+/// thing it found missing). `io_what` names the probe in its I/O errors.
+fn poll_in_ns<T: Send>(
+    ns: &str,
+    timeout: std::time::Duration,
+    io_what: &str,
+    probe: impl Fn() -> std::io::Result<Option<T>> + Sync,
+) -> Result<Option<T>> {
+    ccctl_sys::netns::run_in(&netns_path(ns), || {
         let end = std::time::Instant::now() + timeout;
         loop {
-            if sock.flags(dev)? & libc::IFF_RUNNING as u32 != 0 {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= end {
-                return Ok(false);
+            let missing = probe()?;
+            if missing.is_none() || std::time::Instant::now() >= end {
+                return Ok(missing);
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
@@ -180,17 +199,9 @@ pub(super) fn wait_running(ns: &str, dev: &str, timeout: std::time::Duration) ->
         source: e.source,
     })?
     .map_err(|source: std::io::Error| Error::Io {
-        what: what(),
+        what: io_what.to_string(),
         source,
-    })?;
-    if running {
-        Ok(())
-    } else {
-        Err(Error::Timeout {
-            what: what(),
-            timeout,
-        })
-    }
+    })
 }
 
 /// `IFA_F_TENTATIVE`: the address is still in duplicate address detection
@@ -242,32 +253,13 @@ pub(super) fn wait_ipv6_ready(
     devs: &[String],
     timeout: std::time::Duration,
 ) -> Result<()> {
-    let last = ccctl_sys::netns::run_in(&netns_path(ns), || {
-        let end = std::time::Instant::now() + timeout;
-        loop {
-            // thread-self: /proc/net follows the process's first thread,
-            // which is not in this namespace.
-            let table = std::fs::read_to_string("/proc/thread-self/net/if_inet6")?;
-            let (missing, tentative) = ipv6_not_ready(&table, devs);
-            if missing.is_empty() && tentative.is_empty() {
-                return Ok(None);
-            }
-            if std::time::Instant::now() >= end {
-                return Ok(Some((missing, tentative)));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    })
-    .map_err(|e| Error::Io {
-        what: format!(
-            "entering network namespace {} (setns CLONE_NEWNET)",
-            e.path.display()
-        ),
-        source: e.source,
-    })?
-    .map_err(|source: std::io::Error| Error::Io {
-        what: format!("namespace {ns}: reading /proc/net/if_inet6"),
-        source,
+    let io_what = format!("namespace {ns}: reading /proc/net/if_inet6");
+    let last = poll_in_ns(ns, timeout, &io_what, || {
+        // thread-self: /proc/net follows the process's first thread,
+        // which is not in this namespace.
+        let table = std::fs::read_to_string("/proc/thread-self/net/if_inet6")?;
+        let (missing, tentative) = ipv6_not_ready(&table, devs);
+        Ok((!missing.is_empty() || !tentative.is_empty()).then_some((missing, tentative)))
     })?;
     match last {
         None => Ok(()),

@@ -1,0 +1,437 @@
+//! Our cells on rattan's cell interface (`Cell`: an ingress that takes
+//! packets, an egress the core's forwarder awaits): the ACK path's
+//! demultiplexer, the sender gate and the data path's losses. rattan's own
+//! cells do the rest (bandwidth, delay, the veth ends).
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rattan_core::cells::{Cell, ControlInterface, Egress, Ingress, Packet, StdPacket};
+use rattan_core::error::Error as CellError;
+use rattan_core::metal::timer::Timer;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::frame;
+
+type Pkt = StdPacket;
+
+/// Cells here have nothing to configure through rattan's control plane.
+pub struct NoControl;
+
+impl ControlInterface for NoControl {
+    type Config = ();
+    fn set_config(&self, _config: ()) -> Result<(), CellError> {
+        Ok(())
+    }
+}
+
+/// An ingress that hands packets to the cell's egress task.
+pub struct ChannelIngress {
+    tx: mpsc::UnboundedSender<Pkt>,
+}
+
+impl Ingress<Pkt> for ChannelIngress {
+    fn enqueue(&self, packet: Pkt) -> Result<(), CellError> {
+        self.tx
+            .send(packet)
+            .map_err(|_| CellError::ChannelError("cell closed".into()))
+    }
+}
+
+macro_rules! cell_impl {
+    ($cell:ident, $ingress:ty, $egress:ty) => {
+        impl Cell<Pkt> for $cell {
+            type IngressType = $ingress;
+            type EgressType = $egress;
+            type ControlInterfaceType = NoControl;
+            fn sender(&self) -> Arc<Self::IngressType> {
+                self.ingress.clone()
+            }
+            fn receiver(&mut self) -> &mut Self::EgressType {
+                &mut self.egress
+            }
+            fn into_receiver(self) -> Self::EgressType {
+                self.egress
+            }
+            fn control_interface(&self) -> Arc<NoControl> {
+                Arc::new(NoControl)
+            }
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------
+// The ACK path's demultiplexer
+
+/// Sends each packet on to the cell of the sender it is addressed to
+/// (rattan's `RouterCell` reads IPv4 only); anything else is dropped.
+/// Its egress is never linked: the ingress forwards directly.
+pub struct Demux {
+    ingress: Arc<DemuxIngress>,
+    egress: NeverEgress,
+}
+
+pub struct DemuxIngress {
+    routes: HashMap<IpAddr, Arc<dyn Ingress<Pkt>>>,
+}
+
+pub struct NeverEgress;
+
+#[async_trait]
+impl Egress<Pkt> for NeverEgress {
+    async fn dequeue(&mut self) -> Option<Pkt> {
+        std::future::pending().await
+    }
+}
+
+impl Demux {
+    pub fn new(routes: HashMap<IpAddr, Arc<dyn Ingress<Pkt>>>) -> Self {
+        Demux {
+            ingress: Arc::new(DemuxIngress { routes }),
+            egress: NeverEgress,
+        }
+    }
+}
+
+impl Ingress<Pkt> for DemuxIngress {
+    fn enqueue(&self, packet: Pkt) -> Result<(), CellError> {
+        match frame::dst_addr(packet.as_slice()).and_then(|a| self.routes.get(&a)) {
+            Some(next) => next.enqueue(packet),
+            None => Ok(()),
+        }
+    }
+}
+
+cell_impl!(Demux, DemuxIngress, NeverEgress);
+
+// ---------------------------------------------------------------------------
+// The sender gate
+
+/// A sender host's On/Off schedule (a descheduled VM, patched-bbr-cloud.txt
+/// Sec. III-C): its link carries packets, both ways, only during the first
+/// `on` of every `on + off`, cycles aligned to CLOCK_TAI multiples of
+/// `on + off` (as the qdisc testbed's taprio with base-time 0), so the
+/// schedule is known outside the emulator and is the tests' ground truth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GateSchedule {
+    pub on: Duration,
+    pub off: Duration,
+}
+
+impl GateSchedule {
+    pub fn cycle(&self) -> Duration {
+        self.on + self.off
+    }
+
+    /// Whether CLOCK_TAI time `tai_ns` falls in an On window.
+    pub fn is_on_at(&self, tai_ns: u64) -> bool {
+        let cycle = self.cycle().as_nanos() as u64;
+        cycle == 0 || ((tai_ns % cycle) as u128) < self.on.as_nanos()
+    }
+
+    /// How long after CLOCK_TAI time `tai_ns` the gate is next open (zero
+    /// when it is open then).
+    pub fn wait_at(&self, tai_ns: u64) -> Duration {
+        let cycle = self.cycle().as_nanos() as u64;
+        if cycle == 0 || self.is_on_at(tai_ns) {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(cycle - tai_ns % cycle)
+    }
+}
+
+/// Nanoseconds on `clock` now.
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+/// Maps tokio's (CLOCK_MONOTONIC) instants to CLOCK_TAI nanoseconds.
+#[derive(Clone, Copy)]
+pub struct TaiClock {
+    at: Instant,
+    tai_ns: i128,
+}
+
+impl TaiClock {
+    pub fn now() -> Self {
+        let at = Instant::now();
+        TaiClock {
+            at,
+            tai_ns: clock_ns(libc::CLOCK_TAI),
+        }
+    }
+
+    pub fn tai_ns(&self, t: Instant) -> u64 {
+        let d = if t >= self.at {
+            (t - self.at).as_nanos() as i128
+        } else {
+            -((self.at - t).as_nanos() as i128)
+        };
+        (self.tai_ns + d).max(0) as u64
+    }
+}
+
+/// Holds packets while its sender's gate is closed, releases them in order
+/// when it opens. One on each direction of a gated sender's link.
+pub struct Gate {
+    ingress: Arc<ChannelIngress>,
+    egress: GateEgress,
+}
+
+pub struct GateEgress {
+    rx: mpsc::UnboundedReceiver<Pkt>,
+    schedule: GateSchedule,
+    clock: TaiClock,
+    timer: Timer,
+    held: Arc<AtomicU64>,
+}
+
+impl Gate {
+    /// `held` counts the packets the gate held back for an Off window.
+    pub fn new(schedule: GateSchedule, held: Arc<AtomicU64>) -> Result<Self, CellError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Ok(Gate {
+            ingress: Arc::new(ChannelIngress { tx }),
+            egress: GateEgress {
+                rx,
+                schedule,
+                clock: TaiClock::now(),
+                timer: Timer::new()?,
+                held,
+            },
+        })
+    }
+}
+
+#[async_trait]
+impl Egress<Pkt> for GateEgress {
+    async fn dequeue(&mut self) -> Option<Pkt> {
+        let mut p = self.rx.recv().await?;
+        // The packet reached the gate at its logical time, or now if it is
+        // late: the wire cannot carry it before it exists.
+        let at = p.get_timestamp().max(Instant::now());
+        let wait = self.schedule.wait_at(self.clock.tai_ns(at));
+        if !wait.is_zero() {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            let open = at + wait;
+            let _ = self.timer.sleep_until(open).await;
+            p.delay_until(open);
+        }
+        Some(p)
+    }
+}
+
+cell_impl!(Gate, ChannelIngress, GateEgress);
+
+// ---------------------------------------------------------------------------
+// The data path's losses
+
+/// Which data packets of a sender's connections to drop: numbers count
+/// the TCP segments with payload of one connection in the order they reach
+/// the loss cell (after the bottleneck), from 1; a retransmission is a new
+/// packet. Every connection from the sender counts on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LossList {
+    pub sender: IpAddr,
+    pub packets: BTreeSet<u64>,
+}
+
+/// Counters of the loss cell.
+#[derive(Debug, Default)]
+pub struct LossCounters {
+    pub random: AtomicU64,
+    pub listed: AtomicU64,
+}
+
+/// Random loss (a probability changed while flows run) and the
+/// deterministic loss lists, on the data path after the bottleneck.
+pub struct Loss {
+    ingress: Arc<LossIngress>,
+    egress: PassEgress,
+}
+
+pub struct LossIngress {
+    tx: mpsc::UnboundedSender<Pkt>,
+    probability: Arc<AtomicU64>,
+    lists: HashMap<IpAddr, BTreeSet<u64>>,
+    state: Mutex<LossState>,
+    counters: Arc<LossCounters>,
+}
+
+struct LossState {
+    rng: u64,
+    seen: HashMap<(SocketAddr, SocketAddr), u64>,
+}
+
+pub struct PassEgress {
+    rx: mpsc::UnboundedReceiver<Pkt>,
+}
+
+#[async_trait]
+impl Egress<Pkt> for PassEgress {
+    async fn dequeue(&mut self) -> Option<Pkt> {
+        self.rx.recv().await
+    }
+}
+
+/// xorshift64*: a fixed sequence per seed, so a random loss is the same
+/// loss run after run.
+fn next_unit(state: &mut u64) -> f64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Loss {
+    /// `probability` holds an f64's bits (set it to change the loss).
+    pub fn new(
+        probability: Arc<AtomicU64>,
+        lists: &[LossList],
+        seed: u64,
+        counters: Arc<LossCounters>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let lists = lists
+            .iter()
+            .map(|l| (l.sender, l.packets.clone()))
+            .collect();
+        Loss {
+            ingress: Arc::new(LossIngress {
+                tx,
+                probability,
+                lists,
+                state: Mutex::new(LossState {
+                    rng: seed | 1,
+                    seen: HashMap::new(),
+                }),
+                counters,
+            }),
+            egress: PassEgress { rx },
+        }
+    }
+}
+
+impl LossIngress {
+    /// Whether this packet is one the path drops.
+    fn drops(&self, packet: &Pkt) -> bool {
+        let p = f64::from_bits(self.probability.load(Ordering::Relaxed));
+        let listed = !self.lists.is_empty();
+        if p <= 0.0 && !listed {
+            return false;
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if listed {
+            if let Some(seg) = frame::tcp_segment(packet.as_slice()) {
+                if let (true, Some(list)) = (seg.payload > 0, self.lists.get(&seg.src.ip())) {
+                    let n = st.seen.entry((seg.src, seg.dst)).or_insert(0);
+                    *n += 1;
+                    if list.contains(n) {
+                        self.counters.listed.fetch_add(1, Ordering::Relaxed);
+                        return true;
+                    }
+                }
+            }
+        }
+        if p > 0.0 && next_unit(&mut st.rng) < p {
+            self.counters.random.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+impl Ingress<Pkt> for LossIngress {
+    fn enqueue(&self, packet: Pkt) -> Result<(), CellError> {
+        if self.drops(&packet) {
+            return Ok(());
+        }
+        self.tx
+            .send(packet)
+            .map_err(|_| CellError::ChannelError("cell closed".into()))
+    }
+}
+
+cell_impl!(Loss, LossIngress, PassEgress);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::tests::tcp4;
+
+    #[test]
+    fn gate_schedule_waits_for_the_next_on() {
+        let g = GateSchedule {
+            on: Duration::from_millis(10),
+            off: Duration::from_millis(70),
+        };
+        let ms = 1_000_000u64;
+        assert_eq!(g.wait_at(0), Duration::ZERO);
+        assert_eq!(g.wait_at(9 * ms), Duration::ZERO);
+        assert_eq!(g.wait_at(10 * ms), Duration::from_millis(70));
+        assert_eq!(g.wait_at(79 * ms), Duration::from_millis(1));
+        assert_eq!(g.wait_at(80 * ms), Duration::ZERO);
+        assert!(g.is_on_at(160 * ms + 5) && !g.is_on_at(175 * ms));
+    }
+
+    #[test]
+    fn loss_list_drops_exactly_the_numbered_data_packets() {
+        let (probability, counters) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(LossCounters::default()),
+        );
+        let list = LossList {
+            sender: "198.18.2.1".parse().unwrap(),
+            packets: [3, 4, 7].into_iter().collect(),
+        };
+        let loss = Loss::new(probability, &[list], 1, counters.clone());
+        let data = |src: [u8; 4], port: u16| {
+            StdPacket::from_raw_buffer(&tcp4(src, port, [198, 18, 0, 2], 5201, 1000))
+        };
+        let ack = StdPacket::from_raw_buffer(&tcp4([198, 18, 2, 1], 1, [198, 18, 0, 2], 5201, 0));
+        let mut dropped = Vec::new();
+        for n in 1..=8u64 {
+            assert!(!loss.ingress.drops(&ack), "a pure ACK is not a data packet");
+            if loss.ingress.drops(&data([198, 18, 2, 1], 40000)) {
+                dropped.push(n);
+            }
+            // Another connection of the same sender counts on its own,
+            // another sender's is never dropped.
+            assert!(!loss.ingress.drops(&data([198, 18, 1, 1], 40000)));
+        }
+        assert_eq!(dropped, [3, 4, 7]);
+        assert!(loss.ingress.drops(&data([198, 18, 2, 1], 40001)) == false);
+        assert_eq!(counters.listed.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn random_loss_follows_its_probability_and_seed() {
+        let run = |p: f64, seed: u64| {
+            let prob = Arc::new(AtomicU64::new(p.to_bits()));
+            let loss = Loss::new(prob, &[], seed, Arc::new(LossCounters::default()));
+            let pk = StdPacket::from_raw_buffer(&tcp4([1, 1, 1, 1], 1, [2, 2, 2, 2], 2, 10));
+            (0..100_000)
+                .map(|_| loss.ingress.drops(&pk))
+                .collect::<Vec<bool>>()
+        };
+        let a = run(0.02, 7);
+        let share = a.iter().filter(|&&d| d).count() as f64 / a.len() as f64;
+        assert!((0.018..0.022).contains(&share), "{share}");
+        assert_eq!(a, run(0.02, 7), "same seed, same losses");
+        assert_ne!(a, run(0.02, 8));
+        assert!(run(0.0, 7).iter().all(|&d| !d));
+    }
+}

@@ -53,8 +53,9 @@
  * gain_cwnd = max(floor, BDP / 2) (eq. 6), so each GAIN 2 grows the window
  * to 1.5 x the BDP it measured.  It is entered when the connection starts
  * and after an RTO or an idle period, and ends on a loss, an ECN CE echo
- * (both reach us through ssthresh, or as rs->losses) or when a GAIN 2 finds
- * a BDP no larger than the one before.  D* then runs DRAIN first.
+ * (both reach us through ssthresh, or as rs->losses; after a restart only
+ * for data sent since, reading 11) or when a GAIN 2 finds a BDP no larger
+ * than the one before.  D* then runs DRAIN first.
  *
  * Units: windows, BDP, sigma and gain_cwnd in packets; times in us from
  * tp->tcp_mstamp (the same CLOCK_MONOTONIC as bpf_ktime_get_ns); the
@@ -75,13 +76,19 @@
  *     spurious loss that ended slow start is not undone (slow start is
  *     not resumed); only the growth rate suffers, gain_cwnd still doubles
  *     while the BDP grows.
- *  3. ssthresh: unused by the algorithm.  It is "infinite" in slow start
- *     and the BDP estimate (at least 4) once slow start ends, so ss -ti
- *     and tcp_in_slow_start() tell the truth; the ssthresh callback
- *     returns it unchanged.
+ *  3. ssthresh: unused by the algorithm, but kept true so that ss -ti and
+ *     tcp_in_slow_start() (cwnd < ssthresh) tell the truth: "infinite" in
+ *     slow start; outside it the BDP estimate capped by the window D* set,
+ *     clamp(BDP, 4, cwnd), written again on every ACK (the kernel's undo
+ *     may restore an older, larger value).  So DRAIN's window 4 has
+ *     ssthresh 4, and no DRAIN or GAIN is "slow start".  The ssthresh
+ *     callback returns that value.
  *  4. Which RTT: Fig. 1's mode timers and its min-RTT input use the latest
- *     RTT sample (rs->rtt_us), not srtt (the module uses srtt); before the
- *     first sample, srtt, or 1 ms.  min_rtt is D*'s own minimum with
+ *     RTT sample (rs->rtt_us), as the module does (lambda-11235/tcp_davis at
+ *     86c3ada, May 2020: its last_rtt is rs->rtt_us; srtt only in its
+ *     April 2020 commits 736a35a-eccbd6b, reverted by ece6a25, and as a
+ *     fallback for samples under one jiffy in its later 7570ec2); before
+ *     the first sample, srtt, or 1 ms.  min_rtt is D*'s own minimum with
  *     Fig. 1's expiry, not the kernel's 5-minute filter.  A sample equal
  *     to min_rtt refreshes its timestamp (the min was "updated").
  *  5. Eq. 1's interval is the time since GAIN 2 began (Fig. 1), measured on
@@ -91,14 +98,34 @@
  *     wins over Sec. 3.2.4's upper bound BDP.
  *  7. Start: the first cycle runs on the kernel's initial window (10,
  *     RFC 6928) with no BDP estimate yet (0); after an RTO or an idle
- *     restart, slow start begins again from 4 packets, like the module.
+ *     restart (reading 9), slow start begins again from 4 packets, the
+ *     module's MIN_CWND.  The module (86c3ada and its later commits)
+ *     restarts only after an RTO, and only implicitly: the kernel's window
+ *     of in-flight + 1 falls below its ssthresh.  It has no idle restart:
+ *     it defines a tcp_davis_cwnd_event for CA_EVENT_CWND_RESTART but never
+ *     registers it (.cwnd_event is absent), and the kernel skips that event
+ *     for cong_control algorithms anyway.  The idle restart is ours, from
+ *     Sec. 3.3's "restarted" and the kernel's own rule for every other
+ *     algorithm.
  *  8. Leaving slow start, gain_cwnd restarts at its floor: eq. 6 is for
  *     growing, and Fig. 1 sets it again at the next GAIN 2.  The slow
  *     start exit's DRAIN does not reset min_rtt (the timeout path does).
  *  9. Idle restart: cong_control algorithms never get CA_EVENT_CWND_RESTART,
  *     so at CA_EVENT_TX_START (nothing in flight) we apply the kernel's own
- *     test, idle for more than one RTO since the last data sent.
+ *     test (tcp_slow_start_after_idle_check): only if the socket's netns
+ *     has net.ipv4.tcp_slow_start_after_idle set, and idle for more than
+ *     one RTO since the last data sent.  With the sysctl 0, no restart.
  * 10. Mode lengths are whole RTTs (tunable 1 to 16); "> k RTT" is strict.
+ * 11. Whose loss: a restart (RTO or idle) records snd_nxt, and until
+ *     snd_una reaches it a loss or CE signal does not end slow start.
+ *     Such a signal is about the window before the restart: the packets an
+ *     RTO leaves unmarked (RACK: sent too recently) are marked lost on the
+ *     next ACKs, and would end the new slow start at once with BDP 0 and
+ *     cwnd 4.  It is the kernel's own "once per window" rule (an RTO's Loss
+ *     state lasts until snd_una passes high_seq, the same snd_nxt).  From
+ *     then on, a loss (of data sent after the restart) ends slow start as
+ *     Sec. 3.3 says.  At the connection's start snd_una == snd_nxt: every
+ *     loss counts.
  *
  * Parameters come from the params map (ccctl tune dstar), clamped on read:
  * min-RTT window in ms, deviation factor x 256, gain floor in packets, and
@@ -142,6 +169,7 @@ struct dstar {
 	u32 gain_cwnd;        /* packets above the BDP */
 	u32 cwnd;             /* packets: the window Fig. 1 set last */
 	u32 delivered_start;  /* tp->delivered when GAIN 2 began */
+	u32 restart_seq;      /* tp->snd_nxt when slow start was (re)entered */
 	u8 mode;              /* enum dstar_mode */
 	u8 slow_start;        /* Sec. 3.3 */
 };
@@ -152,6 +180,43 @@ _Static_assert(sizeof(struct dstar) <= sizeof(((struct inet_connection_sock *)0)
 static __always_inline struct dstar *dstar_of(const struct sock *sk)
 {
 	return (struct dstar *)inet_csk_ca(sk);
+}
+
+/*
+ * net.ipv4.tcp_slow_start_after_idle of the socket's namespace, read as the
+ * kernel reads it: sock_net(sk)->ipv4.sysctl_tcp_slow_start_after_idle (a
+ * u8 in both 6.1 and 6.18).  kernel_types.h has no struct net, so these
+ * "___dstar" flavours name just the path; libbpf drops the suffix and
+ * relocates every offset against the running kernel's BTF (CO-RE).
+ */
+struct netns_ipv4___dstar {
+	u8 sysctl_tcp_slow_start_after_idle;
+} __attribute__((preserve_access_index));
+
+struct net___dstar {
+	struct netns_ipv4___dstar ipv4;
+} __attribute__((preserve_access_index));
+
+struct sock_common___dstar {
+	struct {
+		struct net___dstar *net;
+	} skc_net; /* possible_net_t */
+} __attribute__((preserve_access_index));
+
+struct sock___dstar {
+	struct sock_common___dstar __sk_common;
+} __attribute__((preserve_access_index));
+
+/* The kernel's default (1) if this kernel has no such field. */
+static __always_inline bool dstar_slow_start_after_idle(const struct sock *sk)
+{
+	const struct sock___dstar *s = (const void *)sk;
+	struct net___dstar *net;
+
+	if (!bpf_core_field_exists(struct netns_ipv4___dstar, sysctl_tcp_slow_start_after_idle))
+		return true;
+	net = s->__sk_common.skc_net.net;
+	return net->ipv4.sysctl_tcp_slow_start_after_idle != 0;
 }
 
 /* ---- parameters, clamped on every read ---------------------------------- */
@@ -274,10 +339,29 @@ static __always_inline void dstar_enter(struct dstar *ds, u8 mode, u64 now)
 	ds->mode_stamp_us = now;
 }
 
+/*
+ * Reading 3: "infinite" in slow start, else the BDP estimate capped by the
+ * window (clamp(BDP, 4, cwnd)), so that cwnd < ssthresh exactly in slow start.
+ */
+static __always_inline u32 dstar_ssthresh_of(const struct dstar *ds)
+{
+	if (ds->slow_start)
+		return TCP_INFINITE_SSTHRESH;
+	return clamp_u32(ds->bdp, DSTAR_MIN_CWND, max(ds->cwnd, (u32)DSTAR_MIN_CWND));
+}
+
+/* Reading 11: does a loss or CE signal now end slow start?  Only once the
+ * window outstanding at the last restart has been acknowledged. */
+static __always_inline bool dstar_signal_counts(struct sock *sk, const struct dstar *ds)
+{
+	return !before(tcp_sk(sk)->snd_una, ds->restart_seq);
+}
+
 /* Slow start (Sec. 3.3) from `cwnd`: GAIN 1 first, no BDP estimate yet. */
 static void dstar_enter_slow_start(struct sock *sk, struct dstar *ds, u32 cwnd, u64 now)
 {
 	ds->slow_start = 1;
+	ds->restart_seq = tcp_sk(sk)->snd_nxt;
 	ds->bdp = 0;
 	ds->last_bdp = 0;
 	ds->sigma = 0;
@@ -294,8 +378,8 @@ static void dstar_end_slow_start(struct sock *sk, struct dstar *ds, const struct
 		return;
 	ds->slow_start = 0;
 	ds->gain_cwnd = p->gain_floor;
-	tcp_sk(sk)->snd_ssthresh = max(ds->bdp, (u32)DSTAR_MIN_CWND);
 	dstar_set_cwnd(sk, ds, DSTAR_MIN_CWND);
+	tcp_sk(sk)->snd_ssthresh = dstar_ssthresh_of(ds);
 	dstar_enter(ds, DSTAR_DRAIN, now);
 }
 
@@ -406,10 +490,11 @@ static __always_inline void dstar_main(struct sock *sk, const struct rate_sample
 	p = dstar_params(&params);
 	dstar_update_rtt(sk, ds, rs);
 	dstar_update_min_rtt(ds, rs, now);
-	if (ds->slow_start && rs->losses > 0)
+	if (ds->slow_start && rs->losses > 0 && dstar_signal_counts(sk, ds))
 		dstar_end_slow_start(sk, ds, &p, now);
 	dstar_cycle(sk, ds, &p, now);
 	tcp_snd_cwnd_set(tp, ds->cwnd);
+	tp->snd_ssthresh = dstar_ssthresh_of(ds);
 	dstar_trace(sk, rs, ds, &params);
 }
 
@@ -434,18 +519,21 @@ void BPF_PROG(dstar_init, struct sock *sk)
 	dstar_enter_slow_start(sk, ds, tcp_snd_cwnd(tp), now);
 }
 
-/* Loss recovery or a CE echo begins: slow start ends (Sec. 3.3), nothing else. */
+/* Loss recovery or a CE echo begins: slow start ends (Sec. 3.3; not for the
+ * window before a restart, reading 11), nothing else; ssthresh per reading 3. */
 SEC("struct_ops")
 u32 BPF_PROG(dstar_ssthresh, struct sock *sk)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
+	struct dstar *ds = dstar_of(sk);
 	struct ccctl_params params;
 	struct dstar_params p;
 
 	ccctl_params_read(&params);
 	p = dstar_params(&params);
-	dstar_end_slow_start(sk, dstar_of(sk), &p, tp->tcp_mstamp);
-	return tp->snd_ssthresh;
+	if (dstar_signal_counts(sk, ds))
+		dstar_end_slow_start(sk, ds, &p, tp->tcp_mstamp);
+	return dstar_ssthresh_of(ds);
 }
 
 /* The window never moved for the loss: nothing to undo (reading 2). */
@@ -468,7 +556,8 @@ void BPF_PROG(dstar_set_state, struct sock *sk, u8 new_state)
 /*
  * Sending starts with nothing in flight.  After more than one RTO of
  * silence since the last data sent, the path estimate is stale: slow start
- * again (the kernel's own restart test, which it skips for cong_control).
+ * again (the kernel's own restart test, which it skips for cong_control),
+ * unless net.ipv4.tcp_slow_start_after_idle is 0 (reading 9).
  */
 SEC("struct_ops")
 void BPF_PROG(dstar_cwnd_event, struct sock *sk, enum tcp_ca_event event)
@@ -480,6 +569,8 @@ void BPF_PROG(dstar_cwnd_event, struct sock *sk, enum tcp_ca_event event)
 		return;
 	if (dstar_of(sk)->slow_start && !dstar_of(sk)->bdp)
 		return; /* nothing learned yet, nothing stale */
+	if (!dstar_slow_start_after_idle(sk))
+		return;
 	idle = (s32)((u32)bpf_jiffies64() - tp->lsndtime);
 	if (idle > (s32)inet_csk(sk)->icsk_rto) {
 		dstar_enter_slow_start(sk, dstar_of(sk), DSTAR_MIN_CWND, tp->tcp_mstamp);

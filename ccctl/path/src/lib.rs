@@ -473,6 +473,8 @@ fn build(
             what: "opening the router namespace for rattan".into(),
             message: format!("{e:?}"),
         })?;
+    // Cells open timers and spawn tasks as they are built: in the runtime.
+    let _in_runtime = runtime.enter();
     let mut core: RattanCore<Driver> =
         RattanCore::new(runtime.clone(), CancellationToken::new(), rt_cancel);
     let mut veths = Vec::new();

@@ -55,6 +55,18 @@ pub(super) fn veth_line(ns_a: &str, dev_a: &str, ns_b: &str, dev_b: &str, mtu: u
     )
 }
 
+/// [`veth_line`] with the two ends' MAC addresses set.
+pub(super) fn veth_line_with_macs(
+    (ns_a, dev_a, mac_a): (&str, &str, &str),
+    (ns_b, dev_b, mac_b): (&str, &str, &str),
+    mtu: u32,
+) -> String {
+    format!(
+        "link add {dev_a} address {mac_a} mtu {mtu} netns {ns_a} type veth peer name {dev_b} \
+         address {mac_b} mtu {mtu} netns {ns_b}"
+    )
+}
+
 /// Everything one namespace needs set up from inside it, in the order it
 /// is applied.
 #[derive(Debug, Default)]
@@ -67,6 +79,10 @@ pub(super) struct NsSetup {
     /// Devices to turn TSO, GSO and GRO off on (`ethtool -K DEV tso off gso
     /// off gro off`).
     pub(super) no_offloads: Vec<String>,
+    /// Devices to turn transmit checksumming off on (`ethtool -K DEV tx
+    /// off`): a frame the path emulator reads with AF_PACKET and writes out
+    /// again must carry its checksum, not a CHECKSUM_PARTIAL promise.
+    pub(super) no_tx_checksum: Vec<String>,
     /// `ip addr add ADDR/LEN dev DEV`.
     pub(super) addrs: Vec<(String, IpAddr, u8)>,
     /// `ip route add default via GW`.
@@ -119,6 +135,12 @@ impl NsSetup {
             sock.features_off(dev, &NO_OFFLOADS).map_err(err(format!(
                 "turning tso, gso and gro off on {dev} (SIOCETHTOOL)"
             )))?;
+        }
+        for dev in &self.no_tx_checksum {
+            sock.features_off(dev, &NO_TX_CHECKSUM)
+                .map_err(err(format!(
+                    "turning transmit checksumming off on {dev} (SIOCETHTOOL)"
+                )))?;
         }
         for (dev, addr, len) in &self.addrs {
             rtnl.addr_add(index(dev)?, *addr, *len)
@@ -292,6 +314,9 @@ const ETH_GSTRING_LEN: usize = 32;
 /// TSO variants newer than the legacy `ETHTOOL_STSO` mask (6.18's
 /// `tx-tcp-accecn-segmentation`).
 const NO_OFFLOADS: [&str; 3] = ["tx-tcp*-segmentation", "tx-generic-segmentation", "rx-gro"];
+
+/// The features `ethtool -K DEV tx off` switches off.
+const NO_TX_CHECKSUM: [&str; 1] = ["tx-checksum*"];
 
 /// `name` matches `pattern`, which holds at most one `*`.
 fn feature_matches(pattern: &str, name: &str) -> bool {

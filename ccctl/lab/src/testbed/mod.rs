@@ -99,6 +99,7 @@ pub use qdisc::{
     qdisc_available, taprio_available, tbf_burst, Aqm, Gate, QdiscStats, ETH_HLEN, TBF_BURST_MS,
 };
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Output, Stdio};
@@ -107,14 +108,19 @@ use std::thread;
 use std::time::Duration;
 
 use exec::{run_batch, spawn_tc_batch};
-use link::{veth_line, NsSetup, IFB_DEV};
+use link::{veth_line, veth_line_with_macs, NsSetup, IFB_DEV};
 use netns::next_prefix;
 use qdisc::{
     data_path_netem_line, data_path_qdiscs, gate_ifb_dev, gate_qdiscs, modprobe_all, router_qdiscs,
 };
 
+pub use ccctl_path::trace::BandwidthTrace;
+pub use ccctl_path::{PathCpu, PathEmulator, PathStats};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(transparent)]
+    Path(#[from] ccctl_path::Error),
     #[error("command `{cmd}` failed ({status}): {stderr}")]
     Command {
         cmd: String,
@@ -164,13 +170,25 @@ fn ula(net: u16, host: u16) -> IpAddr {
     Ipv6Addr::new(0xfd00, 0x0ccc, net, 0, 0, 0, 0, host).into()
 }
 
-/// MAC addresses of gated sender `i`'s link: (sender end, router end), for
-/// the permanent neighbour entries.
-fn gate_macs(i: usize) -> (String, String) {
+/// MAC addresses of sender `i`'s link: (sender end, router end), for a
+/// gated sender's permanent neighbour entries and for the userspace path,
+/// which writes frames to the peer's address.
+fn link_macs(i: usize) -> (String, String) {
     (
         format!("02:cc:00:00:{:02x}:01", i as u8),
         format!("02:cc:00:00:{:02x}:02", i as u8),
     )
+}
+
+/// MAC addresses of the receiver's link: (router end, receiver end).
+const RECEIVER_LINK_MACS: (&str, &str) = ("02:cc:00:01:00:01", "02:cc:00:01:00:02");
+
+fn mac_bytes(mac: &str) -> [u8; 6] {
+    let mut b = [0u8; 6];
+    for (i, part) in mac.split(':').take(6).enumerate() {
+        b[i] = u8::from_str_radix(part, 16).unwrap_or(0);
+    }
+    b
 }
 
 /// The IP version the testbed's hosts talk.
@@ -201,6 +219,44 @@ pub struct TestbedConfig {
     pub disable_offloads: bool,
     /// Addresses, routes and so flows: IPv4 (default) or IPv6.
     pub ip: IpVersion,
+    /// Which emulator makes the path: the kernel's qdiscs (netem, tbf,
+    /// taprio) or ccctl-path in userspace.
+    pub path: PathKind,
+    /// The ACK direction's rate, bit/s (None: unconstrained). Userspace only.
+    pub reverse_rate_bps: Option<u64>,
+    /// A packet limit on the bottleneck queue besides `buffer_bytes`.
+    /// Userspace only.
+    pub buffer_packets: Option<u64>,
+    /// Data packets to drop, per sender: see [`ccctl_path::LossList`].
+    /// Userspace only.
+    pub loss_lists: Vec<(usize, BTreeSet<u64>)>,
+    /// A bandwidth trace for the bottleneck in place of `rate_bps`
+    /// (Mahimahi's format). Userspace only.
+    pub trace: Option<BandwidthTrace>,
+    /// Seed of the userspace path's random loss.
+    pub seed: u64,
+}
+
+/// The path emulator of a testbed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PathKind {
+    /// tbf, netem, taprio and fq_codel in the router namespace (needs the
+    /// qdiscs: the 6.1 VM has them, this host has no netem).
+    #[default]
+    Qdisc,
+    /// ccctl-path's rattan cells on AF_PACKET in the router namespace:
+    /// needs only veth and AF_PACKET, so it runs on any kernel we support,
+    /// with the host's own timers.
+    Userspace,
+}
+
+impl PathKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PathKind::Qdisc => "qdisc",
+            PathKind::Userspace => "userspace",
+        }
+    }
 }
 
 impl TestbedConfig {
@@ -216,7 +272,27 @@ impl TestbedConfig {
             mtu: 1500,
             disable_offloads: true,
             ip: IpVersion::V4,
+            path: PathKind::Qdisc,
+            reverse_rate_bps: None,
+            buffer_packets: None,
+            loss_lists: Vec::new(),
+            trace: None,
+            seed: 1,
         }
+    }
+
+    /// The same testbed on the userspace path emulator.
+    pub fn userspace(mut self) -> Self {
+        self.path = PathKind::Userspace;
+        self
+    }
+
+    /// Drops data packets `packets` (counted from 1 per connection) of
+    /// sender `sender`'s connections: a loss at a known place.
+    pub fn with_loss_list(mut self, sender: usize, packets: &[u64]) -> Self {
+        self.loss_lists
+            .push((sender, packets.iter().copied().collect()));
+        self
     }
 
     pub fn with_ip(mut self, ip: IpVersion) -> Self {
@@ -255,7 +331,8 @@ impl TestbedConfig {
     }
 
     fn needs_netem(&self) -> bool {
-        self.has_data_path_netem() || self.senders.iter().any(|s| !s.rtt.is_zero())
+        self.path == PathKind::Qdisc
+            && (self.has_data_path_netem() || self.senders.iter().any(|s| !s.rtt.is_zero()))
     }
 
     fn validate(&self) -> Result<()> {
@@ -309,6 +386,41 @@ impl TestbedConfig {
         }
         if !(576..=9000).contains(&self.mtu) {
             return Err(Error::Config(format!("mtu {} not in 576..=9000", self.mtu)));
+        }
+        for (i, _) in &self.loss_lists {
+            if *i >= self.senders.len() {
+                return Err(Error::Config(format!(
+                    "loss list for sender {i}: the testbed has {} senders",
+                    self.senders.len()
+                )));
+            }
+        }
+        if self.path == PathKind::Qdisc {
+            let only = |what: &str| {
+                Err(Error::Config(format!(
+                    "{what} needs the userspace path emulator (the qdisc testbed has none)"
+                )))
+            };
+            if self.reverse_rate_bps.is_some() {
+                return only("a reverse (ACK path) rate");
+            }
+            if self.buffer_packets.is_some() {
+                return only("a queue limit in packets");
+            }
+            if !self.loss_lists.is_empty() {
+                return only("a loss list");
+            }
+            if self.trace.is_some() {
+                return only("a bandwidth trace");
+            }
+            if self.aqm == Aqm::CoDel {
+                return only("a CoDel queue");
+            }
+        } else if self.reorder.is_some() {
+            return Err(Error::Config(
+                "reordering needs the qdisc testbed (netem); the userspace path emulator has none"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -371,6 +483,9 @@ pub struct Testbed {
     /// build some may not exist, which teardown tolerates.
     created: Vec<String>,
     next_port: AtomicU16,
+    /// The userspace path, when the testbed has one (stopped before the
+    /// namespaces go).
+    path: Option<PathEmulator>,
 }
 
 impl Testbed {
@@ -379,6 +494,17 @@ impl Testbed {
     pub fn new(cfg: TestbedConfig) -> Result<Self> {
         cfg.validate()?;
         sweep_stale();
+        if cfg.path == PathKind::Userspace {
+            let mut tb = Testbed {
+                cfg,
+                prefix: next_prefix(),
+                created: Vec::new(),
+                next_port: AtomicU16::new(5201),
+                path: None,
+            };
+            tb.build()?; // on error, Drop cleans up
+            return Ok(tb);
+        }
         modprobe_all();
         if cfg.needs_netem() && !netem_available()? {
             return Err(Error::NetemMissing {
@@ -402,9 +528,25 @@ impl Testbed {
             prefix: next_prefix(),
             created: Vec::new(),
             next_port: AtomicU16::new(5201),
+            path: None,
         };
         tb.build()?; // on error, Drop cleans up
         Ok(tb)
+    }
+
+    /// The userspace path's counters (None on the qdisc testbed).
+    pub fn path_stats(&self) -> Option<PathStats> {
+        self.path.as_ref().map(PathEmulator::stats)
+    }
+
+    /// The userspace path's threads and CPU time so far.
+    pub fn path_cpu(&self) -> Option<PathCpu> {
+        self.path.as_ref().map(PathEmulator::cpu)
+    }
+
+    /// The userspace path emulator itself (None on the qdisc testbed).
+    pub fn path_emulator(&self) -> Option<&PathEmulator> {
+        self.path.as_ref()
     }
 
     pub fn config(&self) -> &TestbedConfig {
@@ -485,6 +627,19 @@ impl Testbed {
 
     /// `tc -s -j qdisc show` of the bottleneck's root qdisc.
     pub fn bottleneck_stats(&self) -> Result<QdiscStats> {
+        if let Some(p) = &self.path {
+            let st = p.stats();
+            return Ok(QdiscStats {
+                kind: format!("userspace-{}", self.cfg.aqm.queue_kind().name()),
+                bytes: st.sent_bytes,
+                packets: st.sent,
+                drops: st.dropped,
+                overlimits: 0,
+                requeues: 0,
+                backlog: st.backlog_bytes,
+                qlen: st.backlog,
+            });
+        }
         let out = self.exec(
             Role::Router,
             &["tc", "-s", "-j", "qdisc", "show", "dev", ROUTER_RX_DEV],
@@ -506,6 +661,9 @@ impl Testbed {
             return Err(Error::Config(format!(
                 "set_loss: loss probability {p} not in [0, 1)"
             )));
+        }
+        if let Some(path) = &self.path {
+            return Ok(path.set_loss(p)?);
         }
         // `tc -n`: one process (each costs ~300 ms in the TCG VM, and a
         // burst's edges should be where the caller put them).
@@ -533,6 +691,9 @@ impl Testbed {
     /// All names are in `created` (and the registry of live namespaces) before the
     /// batch runs, so a failure at any step tears down whatever exists.
     fn build(&mut self) -> Result<()> {
+        if self.cfg.path == PathKind::Userspace {
+            return self.build_userspace();
+        }
         let c = &self.cfg;
         let rt = self.ns(Role::Router);
         let rx = self.ns(Role::Receiver);
@@ -550,18 +711,13 @@ impl Testbed {
             lines.push(format!("link add {IFB_DEV} netns {rx} type ifb"));
         }
         for (i, s) in senders.iter().enumerate() {
-            let mut line = veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu);
-            if c.senders[i].gate.is_some() {
+            let line = if c.senders[i].gate.is_some() {
                 // Known addresses, for the permanent neighbours set below.
-                let (a, b) = gate_macs(i);
-                line = line
-                    .replacen(" mtu ", &format!(" address {a} mtu "), 1)
-                    .replacen(
-                        &format!(" peer name {} mtu ", router_sender_dev(i)),
-                        &format!(" peer name {} address {b} mtu ", router_sender_dev(i)),
-                        1,
-                    );
-            }
+                let (a, b) = link_macs(i);
+                veth_line_with_macs((s, SENDER_DEV, &a), (&rt, &router_sender_dev(i), &b), c.mtu)
+            } else {
+                veth_line(s, SENDER_DEV, &rt, &router_sender_dev(i), c.mtu)
+            };
             lines.push(line);
         }
         for (i, s) in c.senders.iter().enumerate() {
@@ -616,6 +772,105 @@ impl Testbed {
         Ok(())
     }
 
+    /// The userspace path: one `ip -batch` for the namespaces and veths
+    /// (every end with a known MAC address: the emulator writes each frame
+    /// to its peer's), the namespaces' set-up (the router does not
+    /// forward; checksums computed before a frame leaves a host), then
+    /// ccctl-path's cells in the router namespace.
+    fn build_userspace(&mut self) -> Result<()> {
+        let c = &self.cfg;
+        let rt = self.ns(Role::Router);
+        let rx = self.ns(Role::Receiver);
+        let senders: Vec<String> = (0..c.senders.len())
+            .map(|i| self.ns(Role::Sender(i)))
+            .collect();
+        let mut all = vec![rt.clone(), rx.clone()];
+        all.extend(senders.iter().cloned());
+        let mut lines: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
+        let (rt_mac, rx_mac) = RECEIVER_LINK_MACS;
+        lines.push(veth_line_with_macs(
+            (&rt, ROUTER_RX_DEV, rt_mac),
+            (&rx, RECEIVER_DEV, rx_mac),
+            c.mtu,
+        ));
+        for (i, s) in senders.iter().enumerate() {
+            let (a, b) = link_macs(i);
+            lines.push(veth_line_with_macs(
+                (s, SENDER_DEV, &a),
+                (&rt, &router_sender_dev(i), &b),
+                c.mtu,
+            ));
+        }
+        self.created = all.clone();
+        netns::create_netns(&all, || run_batch("ip", &[], &lines))?;
+        let setups = self.ns_setups();
+        setups.iter().try_for_each(NsSetup::apply)?;
+        if c.ip == IpVersion::V6 {
+            for setup in &setups {
+                let devs: Vec<String> = setup.addrs.iter().map(|(d, ..)| d.clone()).collect();
+                link::wait_ipv6_ready(&setup.ns, &devs, IPV6_READY_TIMEOUT)?;
+            }
+        }
+        let spec = self.path_spec();
+        self.path = Some(PathEmulator::start(&spec)?);
+        Ok(())
+    }
+
+    /// What ccctl-path builds for this testbed.
+    fn path_spec(&self) -> ccctl_path::PathSpec {
+        let c = &self.cfg;
+        let frame = u64::from(c.mtu) + ETH_HLEN;
+        ccctl_path::PathSpec {
+            router_ns: ccctl_sys::netns::named(&self.ns(Role::Router)),
+            receiver: ccctl_path::RouterPort {
+                dev: ROUTER_RX_DEV.into(),
+                mac: mac_bytes(RECEIVER_LINK_MACS.0),
+                peer_mac: mac_bytes(RECEIVER_LINK_MACS.1),
+            },
+            senders: c
+                .senders
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let (sender_mac, router_mac) = link_macs(i);
+                    ccctl_path::SenderPath {
+                        port: ccctl_path::RouterPort {
+                            dev: router_sender_dev(i),
+                            mac: mac_bytes(&router_mac),
+                            peer_mac: mac_bytes(&sender_mac),
+                        },
+                        addr: self.addr(Role::Sender(i)),
+                        rtt: s.rtt,
+                        gate: s.gate.map(|g| ccctl_path::GateSchedule {
+                            on: g.on,
+                            off: g.off,
+                        }),
+                    }
+                })
+                .collect(),
+            rate_bps: c.rate_bps,
+            reverse_rate_bps: c.reverse_rate_bps,
+            trace: c.trace.clone(),
+            queue: c.aqm.queue_kind(),
+            limit: ccctl_path::QueueLimit {
+                bytes: Some(c.buffer_bytes.max(frame)),
+                packets: c.buffer_packets,
+            },
+            mtu: c.mtu,
+            loss: c.loss.unwrap_or(0.0),
+            loss_lists: c
+                .loss_lists
+                .iter()
+                .map(|(i, packets)| ccctl_path::LossList {
+                    sender: self.addr(Role::Sender(*i)),
+                    packets: packets.clone(),
+                })
+                .collect(),
+            seed: c.seed,
+            workers: 1,
+        }
+    }
+
     /// The sender gates, last: permanent neighbours on both ends of each
     /// gated link, then, once both ends are running (carrier on and seen by
     /// linkwatch, so no later `dev_deactivate` resets taprio and freezes its
@@ -626,7 +881,7 @@ impl Testbed {
         let mut rt_lines = Vec::new();
         let mut jobs = Vec::new();
         for &(i, g) in gates {
-            let (sender_mac, router_mac) = gate_macs(i);
+            let (sender_mac, router_mac) = link_macs(i);
             let router_ip = self.router_sender_addr(i);
             let sender = self.ns(Role::Sender(i));
             link::neigh_permanent(&sender, SENDER_DEV, router_ip, &router_mac)?;
@@ -693,11 +948,18 @@ impl Testbed {
         };
         let mut v = Vec::with_capacity(c.senders.len() + 2);
 
+        // The userspace path forwards in the emulator: the router's kernel
+        // only answers ARP and ND for its own addresses, and drops (without
+        // an ICMP error, forwarding being off) the frames the emulator
+        // also reads.
+        let userspace = c.path == PathKind::Userspace;
+        let forward = if userspace { "0" } else { "1" };
         let mut rt = base(Role::Router);
-        rt.sysctls.push(("net.ipv4.ip_forward".into(), "1".into()));
+        rt.sysctls
+            .push(("net.ipv4.ip_forward".into(), forward.into()));
         if v6 {
             rt.sysctls
-                .push(("net.ipv6.conf.all.forwarding".into(), "1".into()));
+                .push(("net.ipv6.conf.all.forwarding".into(), forward.into()));
         }
         let mut rt_devs = vec![(ROUTER_RX_DEV.to_string(), self.addr(Role::Router))];
         rt_devs.extend(
@@ -706,8 +968,11 @@ impl Testbed {
         for (dev, addr) in rt_devs {
             no_dad(&mut rt, &dev);
             rt.up.push(dev.clone());
-            if c.disable_offloads {
+            if c.disable_offloads || userspace {
                 rt.no_offloads.push(dev.clone());
+            }
+            if userspace {
+                rt.no_tx_checksum.push(dev.clone());
             }
             rt.addrs.push((dev, addr, len));
         }
@@ -724,8 +989,11 @@ impl Testbed {
         if c.has_data_path_netem() {
             rx.up.push(IFB_DEV.into());
         }
-        if c.disable_offloads {
+        if c.disable_offloads || userspace {
             rx.no_offloads.push(RECEIVER_DEV.into());
+        }
+        if userspace {
+            rx.no_tx_checksum.push(RECEIVER_DEV.into());
         }
         rx.addrs
             .push((RECEIVER_DEV.into(), self.addr(Role::Receiver), len));
@@ -736,8 +1004,11 @@ impl Testbed {
             let mut s = base(Role::Sender(i));
             no_dad(&mut s, SENDER_DEV);
             s.up.push(SENDER_DEV.into());
-            if c.disable_offloads {
+            if c.disable_offloads || userspace {
                 s.no_offloads.push(SENDER_DEV.into());
+            }
+            if userspace {
+                s.no_tx_checksum.push(SENDER_DEV.into());
             }
             s.addrs
                 .push((SENDER_DEV.into(), self.addr(Role::Sender(i)), len));
@@ -756,6 +1027,8 @@ impl Testbed {
     /// them with one `ip -batch` (senders first, router last; names that
     /// were never created are skipped).
     fn teardown(&mut self) -> Result<()> {
+        // The emulator's cells and sockets first, while their devices exist.
+        drop(self.path.take());
         if self.created.is_empty() {
             return Ok(());
         }
@@ -1154,6 +1427,7 @@ mod host_tests {
             prefix: prefix.clone(),
             created: Vec::new(),
             next_port: AtomicU16::new(5201),
+            path: None,
         };
         (prefix, tb.build().map(|()| tb))
     }

@@ -55,8 +55,23 @@ pub enum Aqm {
     /// tbf's own byte FIFO of `buffer_bytes`.
     #[default]
     TailDrop,
-    /// fq_codel child of tbf, `limit = ceil(buffer_bytes / (mtu + 14))` packets.
+    /// fq_codel child of tbf, `limit = ceil(buffer_bytes / (mtu + 14))` packets;
+    /// on the userspace path, ccctl-path's RFC 8290 FQ-CoDel with the same
+    /// byte limit.
     FqCodel,
+    /// RFC 8289 CoDel over one FIFO (userspace path only).
+    CoDel,
+}
+
+impl Aqm {
+    /// The userspace path's queue for this discipline.
+    pub fn queue_kind(self) -> ccctl_path::QueueKind {
+        match self {
+            Aqm::TailDrop => ccctl_path::QueueKind::TailDrop,
+            Aqm::FqCodel => ccctl_path::QueueKind::FqCodel,
+            Aqm::CoDel => ccctl_path::QueueKind::CoDel,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -73,7 +88,8 @@ pub(super) fn router_qdiscs(c: &TestbedConfig) -> Vec<String> {
         c.buffer_bytes
     )];
     match c.aqm {
-        Aqm::TailDrop => {}
+        // CoDel is the userspace path's only (TestbedConfig::validate).
+        Aqm::TailDrop | Aqm::CoDel => {}
         Aqm::FqCodel => {
             let pkts = c.buffer_bytes.div_ceil(c.mtu as u64 + ETH_HLEN).max(1);
             lines.push(format!(

@@ -99,14 +99,16 @@
  *  7. Start: the first cycle runs on the kernel's initial window (10,
  *     RFC 6928) with no BDP estimate yet (0); after an RTO or an idle
  *     restart (reading 9), slow start begins again from 4 packets, the
- *     module's MIN_CWND.  The module (86c3ada and its later commits)
- *     restarts only after an RTO, and only implicitly: the kernel's window
- *     of in-flight + 1 falls below its ssthresh.  It has no idle restart:
- *     it defines a tcp_davis_cwnd_event for CA_EVENT_CWND_RESTART but never
- *     registers it (.cwnd_event is absent), and the kernel skips that event
- *     for cong_control algorithms anyway.  The idle restart is ours, from
- *     Sec. 3.3's "restarted" and the kernel's own rule for every other
- *     algorithm.
+ *     module's MIN_CWND.  The module (86c3ada, and its last commit
+ *     7570ec2) registers neither set_state nor cwnd_event.  After an RTO
+ *     only the kernel's window of in-flight + 1, below the module's
+ *     ssthresh, sends its cong_control down the slow-start branch, which
+ *     re-enters slow start (GAIN 1, window 4) only from DRAIN.  It has no
+ *     idle restart: its tcp_davis_cwnd_event (slow start on
+ *     CA_EVENT_CWND_RESTART) is defined but never registered, and the
+ *     kernel does not send that event to cong_control algorithms anyway.
+ *     The idle restart is ours: Sec. 3.3 "restarted", by the kernel's rule
+ *     for every other algorithm (reading 9).
  *  8. Leaving slow start, gain_cwnd restarts at its floor: eq. 6 is for
  *     growing, and Fig. 1 sets it again at the next GAIN 2.  The slow
  *     start exit's DRAIN does not reset min_rtt (the timeout path does).
@@ -122,10 +124,12 @@
  *     RTO leaves unmarked (RACK: sent too recently) are marked lost on the
  *     next ACKs, and would end the new slow start at once with BDP 0 and
  *     cwnd 4.  It is the kernel's own "once per window" rule (an RTO's Loss
- *     state lasts until snd_una passes high_seq, the same snd_nxt).  From
- *     then on, a loss (of data sent after the restart) ends slow start as
- *     Sec. 3.3 says.  At the connection's start snd_una == snd_nxt: every
- *     loss counts.
+ *     state lasts until snd_una passes high_seq, the same snd_nxt).  A rate
+ *     sample does not say which packet was lost, so a retransmission of
+ *     that window lost again in the meantime is not counted either (a
+ *     second RTO restarts slow start anyway).  From then on, a loss (of
+ *     data sent after the restart) ends slow start as Sec. 3.3 says.  At
+ *     the connection's start snd_una == snd_nxt: every loss counts.
  *
  * Parameters come from the params map (ccctl tune dstar), clamped on read:
  * min-RTT window in ms, deviation factor x 256, gain floor in packets, and

@@ -161,6 +161,11 @@ pub struct Calibration {
     pub rate_bps: f64,
     pub reference_bps: Option<f64>,
     pub share: Option<f64>,
+    /// The paced reference (the kernel's BBR alone): its goodput and share.
+    #[serde(default)]
+    pub paced_bps: Option<f64>,
+    #[serde(default)]
+    pub paced_share: Option<f64>,
     pub testbed_limited: bool,
 }
 
@@ -189,13 +194,24 @@ pub fn analyze(plan: &Plan, records: &[JobRecord]) -> Analysis {
                 .and_then(|m| m.first())
                 .and_then(|m| m.goodput_bps);
             let share = reference.map(|r| r / rate);
+            let paced_id = plan.baselines.paced_calibration.get(&li);
+            let paced = paced_id
+                .and_then(|id| cache.get(id))
+                .and_then(|m| m.first())
+                .and_then(|m| m.goodput_bps);
+            let paced_share = paced.map(|r| r / rate);
+            // Plans written before the paced reference have none to miss.
+            let paced_short =
+                paced_id.is_some() && paced_share.is_none_or(|s| s < CALIBRATION_SHARE);
             Calibration {
                 link_index: li,
                 rate_bps: rate,
                 reference_bps: reference,
                 share,
+                paced_bps: paced,
+                paced_share,
                 // No reference figure (run failed) counts as limited too.
-                testbed_limited: share.is_none_or(|s| s < CALIBRATION_SHARE),
+                testbed_limited: share.is_none_or(|s| s < CALIBRATION_SHARE) || paced_short,
             }
         })
         .collect();
@@ -403,6 +419,7 @@ mod tests {
                 duration: Duration::from_secs(10),
                 rtt: Duration::from_millis(30),
                 schedule: None,
+                drop: Vec::new(),
             },
             kernel_cc: "cubic".into(),
             sender: 0,

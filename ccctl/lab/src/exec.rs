@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use crate::iperf::{self, FlowResult, FlowSpec};
 use crate::scenario::{Aqm, FlowPlan, IpVersion};
 use crate::sockdiag::DiagSocket;
-use crate::testbed::{self, Gate, QdiscStats, Role, SenderConfig, Testbed, TestbedConfig};
+use crate::testbed::{
+    self, Gate, PathKind, QdiscStats, Role, SenderConfig, Testbed, TestbedConfig,
+};
 
 use super::plan::Job;
 use super::{interrupt, LabError};
@@ -55,12 +57,16 @@ pub struct JobRecord {
     pub t0_monotonic_ns: u64,
     /// Per-ACK trace of our algorithms' flows in this run, if taken.
     pub trace: Option<std::path::PathBuf>,
+    /// The path emulator and its cost.
+    pub path: Option<PathUsage>,
 }
 
 /// Distinct (base RTT, schedule) pairs in order of first appearance: one
-/// sender host each; and each flow's host.
+/// sender host each; and each flow's host. A flow with a drop list has a
+/// host of its own (the testbed's loss lists are per sender host).
 pub fn sender_hosts(flows: &[FlowPlan]) -> (Vec<SenderConfig>, Vec<usize>) {
     let mut hosts: Vec<SenderConfig> = Vec::new();
+    let mut own: Vec<bool> = Vec::new();
     let senders = flows
         .iter()
         .map(|f| {
@@ -71,10 +77,16 @@ pub fn sender_hosts(flows: &[FlowPlan]) -> (Vec<SenderConfig>, Vec<usize>) {
                     off: s.off.0,
                 }),
             };
-            match hosts.iter().position(|h| *h == host) {
+            let shared = f.drop.is_empty();
+            match hosts
+                .iter()
+                .zip(&own)
+                .position(|(h, o)| shared && !o && *h == host)
+            {
                 Some(i) => i,
                 None => {
                     hosts.push(host);
+                    own.push(!shared);
                     hosts.len() - 1
                 }
             }
@@ -83,28 +95,63 @@ pub fn sender_hosts(flows: &[FlowPlan]) -> (Vec<SenderConfig>, Vec<usize>) {
     (hosts, senders)
 }
 
-pub fn testbed_config(job: &Job) -> TestbedConfig {
-    let (hosts, _) = sender_hosts(&job.flows);
+/// How a run's path was emulated and what the emulator cost.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PathUsage {
+    /// `userspace` (ccctl-path) or `qdisc` (tbf, netem).
+    pub emulator: &'static str,
+    /// The userspace emulator's threads and their CPU time over the run.
+    pub threads: usize,
+    pub cpu_secs: f64,
+    /// CPU time over the flows' wall time (1.0 = one core busy).
+    pub cpu_share: f64,
+    /// Packets the userspace path's loss list and random loss dropped.
+    pub listed_losses: u64,
+    pub random_losses: u64,
+}
+
+/// The testbed of `job` on `path`. A bandwidth trace that no longer
+/// reads (validated with the scenario) is an error.
+pub fn testbed_config(job: &Job, path: PathKind) -> Result<TestbedConfig, LabError> {
+    let (hosts, senders) = sender_hosts(&job.flows);
     let mut cfg = TestbedConfig::new(job.link.rate.bps(), job.link.buffer_bytes);
     cfg.senders = hosts;
+    cfg.path = path;
     if job.link.loss > 0.0 {
         cfg = cfg.with_loss(job.link.loss);
     }
-    cfg.with_aqm(match job.link.aqm {
-        Aqm::TailDrop => testbed::Aqm::TailDrop,
-        Aqm::FqCodel => testbed::Aqm::FqCodel,
-    })
-    .with_ip(match job.link.ip {
-        IpVersion::V4 => testbed::IpVersion::V4,
-        IpVersion::V6 => testbed::IpVersion::V6,
-    })
+    for (f, &host) in job.flows.iter().zip(&senders) {
+        if !f.drop.is_empty() {
+            cfg = cfg.with_loss_list(host, &f.drop);
+        }
+    }
+    cfg.reverse_rate_bps = job.link.reverse_rate.map(|r| r.bps());
+    if let Some(t) = &job.link.trace {
+        cfg.trace = Some(
+            testbed::BandwidthTrace::load(Path::new(t)).map_err(|e| LabError::Testbed(e.into()))?,
+        );
+    }
+    Ok(cfg
+        .with_aqm(match job.link.aqm {
+            Aqm::TailDrop => testbed::Aqm::TailDrop,
+            Aqm::FqCodel => testbed::Aqm::FqCodel,
+            Aqm::Codel => testbed::Aqm::CoDel,
+        })
+        .with_ip(match job.link.ip {
+            IpVersion::V4 => testbed::IpVersion::V4,
+            IpVersion::V6 => testbed::IpVersion::V6,
+        }))
 }
 
 /// Runs `job`; `kernel_cc` maps scenario names to `iperf3 -C` names.
-pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRecord, LabError> {
+pub fn run_job(
+    job: &Job,
+    kernel_cc: &BTreeMap<String, String>,
+    path: PathKind,
+) -> Result<JobRecord, LabError> {
     let started_unix = ccctl_core::sys::time::now_unix_f64();
     let wall = Instant::now();
-    let cfg = testbed_config(job);
+    let cfg = testbed_config(job, path)?;
     let tb = Testbed::new(cfg)?;
     if let Some(sig) = interrupt::received() {
         return Err(LabError::Interrupted(sig));
@@ -187,6 +234,16 @@ pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRec
     let results = running.wait()?;
     let flow_secs = wall.elapsed().as_secs_f64() - setup_secs;
     let bottleneck = tb.bottleneck_stats().ok();
+    let path_usage = PathUsage {
+        emulator: tb.config().path.name(),
+        threads: tb.path_cpu().map_or(0, |c| c.threads),
+        cpu_secs: tb.path_cpu().map_or(0.0, |c| c.cpu.as_secs_f64()),
+        cpu_share: tb
+            .path_cpu()
+            .map_or(0.0, |c| c.cpu.as_secs_f64() / flow_secs.max(1e-9)),
+        listed_losses: tb.path_stats().map_or(0, |s| s.listed_losses),
+        random_losses: tb.path_stats().map_or(0, |s| s.random_losses),
+    };
     let qdiscs = qdisc_description(&tb);
     tb.destroy()?;
     let teardown_secs = wall.elapsed().as_secs_f64() - setup_secs - flow_secs;
@@ -221,11 +278,44 @@ pub fn run_job(job: &Job, kernel_cc: &BTreeMap<String, String>) -> Result<JobRec
         phase_secs: [setup_secs, flow_secs, teardown_secs],
         t0_monotonic_ns,
         trace: None,
+        path: Some(path_usage),
     })
 }
 
-/// `tc qdisc show` of every router interface, one line per qdisc.
+/// `tc qdisc show` of every router interface, one line per qdisc; on the
+/// userspace path, the emulator's cells.
 fn qdisc_description(tb: &Testbed) -> Vec<String> {
+    if tb.config().path == PathKind::Userspace {
+        let c = tb.config();
+        let mut out = vec![format!(
+            "userspace path (ccctl-path, rattan-core): bottleneck {} bit/s{}, {} queue, limit {} B{}{}",
+            c.rate_bps,
+            if c.trace.is_some() { " (bandwidth trace)" } else { "" },
+            c.aqm.queue_kind().name(),
+            c.buffer_bytes,
+            c.loss.map(|p| format!(", random loss {p}")).unwrap_or_default(),
+            c.reverse_rate_bps
+                .map(|r| format!(", ACK path {r} bit/s"))
+                .unwrap_or_default(),
+        )];
+        for (i, s) in c.senders.iter().enumerate() {
+            out.push(format!(
+                "sender {i}: ACK-path delay {} us{}",
+                s.rtt.as_micros(),
+                s.gate
+                    .map(|g| format!(
+                        ", gate on {} us / off {} us",
+                        g.on.as_micros(),
+                        g.off.as_micros()
+                    ))
+                    .unwrap_or_default()
+            ));
+        }
+        for (i, l) in &c.loss_lists {
+            out.push(format!("sender {i}: drops data packets {l:?}"));
+        }
+        return out;
+    }
     let shown = |role: Role, prefix: &str| -> Vec<String> {
         tb.exec(role, &["tc", "qdisc", "show"])
             .map(|o| {

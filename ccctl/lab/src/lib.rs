@@ -88,9 +88,12 @@ impl LabError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Where {
-    /// The host if its kernel has netem (and fq_codel when asked for), else the VM.
+    /// This kernel with the userspace path emulator, unless the scenario
+    /// asks for a kernel (`kernel = "6.1"`): then the VM.
     Auto,
+    /// This kernel, the userspace path emulator.
     Host,
+    /// The VM (Debian 6.1 under TCG), the kernel's qdiscs.
     Vm,
 }
 
@@ -112,18 +115,32 @@ pub struct LabOutcome {
     pub limited_links: usize,
 }
 
-/// Whether this kernel can run the scenario's testbed.
-fn host_can_run(sc: &Scenario) -> Result<bool, LabError> {
-    let needs_fq_codel = sc.link.aqm == Aqm::FqCodel;
-    Ok(testbed::netem_available()? && (!needs_fq_codel || testbed::fq_codel_available()?))
+/// A field of the scenario only the userspace path emulator can run.
+fn host_only_field(sc: &Scenario) -> Option<String> {
+    if sc.link.reverse_rate.is_some() {
+        return Some("link.reverse_rate".into());
+    }
+    if sc.link.trace.is_some() {
+        return Some("link.trace".into());
+    }
+    if sc.link.aqm == Aqm::Codel {
+        return Some("link.aqm".into());
+    }
+    let groups = sc.matchups().into_iter().flatten();
+    groups
+        .clone()
+        .any(|g| !g.drop.is_empty())
+        .then(|| "flows[].drop".to_string())
 }
 
-fn needs_netem(sc: &Scenario) -> bool {
-    sc.link.loss > 0.0
-        || sc
-            .runs()
-            .iter()
-            .any(|r| r.flows.iter().any(|f| !f.rtt.is_zero()))
+/// The path emulator of a lab run here: the kernel's qdiscs inside the VM
+/// (its 6.1 kernel has netem), the userspace emulator on the host.
+pub fn path_here() -> testbed::PathKind {
+    if in_vm() {
+        testbed::PathKind::Qdisc
+    } else {
+        testbed::PathKind::Userspace
+    }
 }
 
 fn in_vm() -> bool {
@@ -133,25 +150,29 @@ fn in_vm() -> bool {
 pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
     interrupt::record_ending();
     ccctl_core::kernel::check_privileges().map_err(LabError::Load)?;
+    let wants_kernel = opts.scenario.kernel.is_some();
     let where_ = match opts.where_ {
         Where::Auto if in_vm() => Where::Host,
-        Where::Auto if host_can_run(&opts.scenario)? => Where::Host,
-        Where::Auto => {
-            eprintln!("ccctl lab: this kernel has no netem; running the scenario in the VM (Debian 6.1, TCG)");
+        Where::Auto if wants_kernel => {
+            eprintln!("ccctl lab: the scenario asks for kernel 6.1: running it in the VM (Debian 6.1, TCG)");
             Where::Vm
         }
+        Where::Auto => Where::Host,
         w => w,
     };
-    if where_ == Where::Host
-        && !in_vm()
-        && needs_netem(&opts.scenario)
-        && !host_can_run(&opts.scenario)?
-    {
-        return Err(LabError::Vm(
-            "--where host: this kernel has no netem qdisc, which base RTTs above 0 and random loss need; \
-             use --where vm (or leave --where out)"
-                .into(),
-        ));
+    if where_ == Where::Host && wants_kernel && !in_vm() {
+        return Err(LabError::Scenario(scenario::ScenarioError {
+            field: "kernel".into(),
+            message: "the scenario asks for kernel 6.1, which only the VM has: leave --where out or use --where vm".into(),
+        }));
+    }
+    if where_ == Where::Vm && !in_vm() {
+        if let Some(field) = host_only_field(&opts.scenario) {
+            return Err(LabError::Scenario(scenario::ScenarioError {
+                field,
+                message: "needs the host's userspace path emulator; the VM runs the kernel's qdiscs (leave --where out)".into(),
+            }));
+        }
     }
     // Everything that can be checked is checked before anything is created.
     let kernel_cc = match where_ {
@@ -251,6 +272,14 @@ fn run_here(
 ) -> Result<LabOutcome, LabError> {
     let plan = plan::plan(sc);
     let mut meta = output::Metadata::new(sc, where_, &plan);
+    if path_here() == testbed::PathKind::Userspace {
+        meta.testbed = "router-namespace dumbbell on the running kernel; the path in userspace (ccctl-path on \
+                        rattan-core, AF_PACKET at the router's veths, the router's kernel not forwarding): \
+                        bottleneck rate (IP bytes) and queue, base RTT as a delay on each sender's ACK path, \
+                        random loss and drop lists after the bottleneck, sender gates on both directions; \
+                        TSO/GSO/GRO and tx checksumming off on every veth"
+            .into();
+    }
     let jobs: Vec<plan::Job> = match shard {
         None => plan.jobs.clone(),
         Some(s) => {
@@ -280,7 +309,7 @@ fn run_here(
     for job in &jobs {
         progress.start(job);
         let job_trace = tracer.as_ref().and_then(|t| t.start(job));
-        let result = exec::run_job(job, kernel_cc);
+        let result = exec::run_job(job, kernel_cc, path_here());
         let trace_file = job_trace.and_then(traces::JobTrace::finish);
         match result {
             Ok(mut rec) => {

@@ -86,6 +86,8 @@ pub struct RunMeta {
     /// Per flow (in run order) its sender's On/Off gate, null when always On:
     /// the ground truth of patched BBR's Θ.
     pub schedules: Vec<Option<ScheduleMeta>>,
+    /// The path emulator: which, its threads and CPU time.
+    pub path: Option<crate::exec::PathUsage>,
 }
 
 /// A shard's place in the plan.
@@ -237,6 +239,7 @@ impl Metadata {
                         })
                     })
                     .collect(),
+                path: r.path.clone(),
             })
             .collect();
     }

@@ -3,11 +3,14 @@
 //! For every link setting of the sweep, in this order:
 //!
 //! 1. **calibration**: one Cubic flow over a deep buffer (2 BDP), no loss, tail
-//!    drop, on that link's rate and RTT. If it gets less than
-//!    [`CALIBRATION_SHARE`] of the configured rate, every result on that link
-//!    is marked `testbed-limited`: the testbed, not the algorithm, is the
-//!    bottleneck (an emulated CPU that cannot keep up looks like an
-//!    inefficient congestion control otherwise).
+//!    drop, on that link's rate and RTT, then the same with one flow of the
+//!    kernel's BBR, which paces (the paced reference: a testbed whose timers
+//!    fire late cannot pace, and a BBR-family algorithm measured there is
+//!    measuring the timers). If either gets less than [`CALIBRATION_SHARE`]
+//!    of the configured rate, every result on that link is marked
+//!    `testbed-limited`: the testbed, not the algorithm, is the bottleneck
+//!    (an emulated CPU that cannot keep up looks like an inefficient
+//!    congestion control otherwise).
 //! 2. **main** runs: each match-up x each repetition.
 //! 3. **baselines** (unless `baselines = false`), once per link and shared by
 //!    every match-up and repetition on it:
@@ -35,6 +38,9 @@ const CALIBRATION_WARMUP: Duration = Duration::from_secs(2);
 const CALIBRATION_MIN_PACKETS: u64 = 64;
 /// The reference congestion control: the kernel default everywhere.
 pub const CALIBRATION_CC: &str = "cubic";
+/// The paced reference: the kernel's BBR (built in or a module on every
+/// kernel we run on), paced by TCP's own pacing timer as ours are.
+pub const PACED_CALIBRATION_CC: &str = "bbr";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -86,6 +92,8 @@ impl Job {
 pub struct Baselines {
     /// link_index -> calibration job id.
     pub calibration: BTreeMap<usize, usize>,
+    /// link_index -> paced calibration job id.
+    pub paced_calibration: BTreeMap<usize, usize>,
     /// (link_index, flow key) -> solo job id.
     pub solo: BTreeMap<(usize, String), usize>,
     /// (link_index, layout key) -> same-cc job id.
@@ -153,6 +161,8 @@ fn calibration_link(link: &LinkSetting) -> LinkSetting {
         loss: 0.0,
         aqm: Aqm::TailDrop,
         ip: link.ip,
+        reverse_rate: None,
+        trace: None,
     }
 }
 
@@ -172,27 +182,36 @@ pub fn plan(sc: &Scenario) -> Plan {
         });
         if let Some(cal) = same_reference {
             baselines.calibration.insert(li, cal.id);
+            let paced = cal.id + 1;
+            baselines.paced_calibration.insert(li, paced);
         } else {
             let duration = CALIBRATION_DURATION.min(sc.duration.0);
-            let cal = Job {
-                id: 0,
-                kind: JobKind::Calibration,
-                link_index: li,
-                link: calibration_link(&link),
-                matchup: None,
-                repetition: 0,
-                flows: vec![FlowPlan {
-                    cc: CALIBRATION_CC.into(),
-                    start: Duration::ZERO,
+            for cc in [CALIBRATION_CC, PACED_CALIBRATION_CC] {
+                let cal = Job {
+                    id: 0,
+                    kind: JobKind::Calibration,
+                    link_index: li,
+                    link: calibration_link(&link),
+                    matchup: None,
+                    repetition: 0,
+                    flows: vec![FlowPlan {
+                        cc: cc.into(),
+                        start: Duration::ZERO,
+                        duration,
+                        rtt: link.rtt.0,
+                        schedule: None,
+                        drop: Vec::new(),
+                    }],
                     duration,
-                    rtt: link.rtt.0,
-                    schedule: None,
-                }],
-                duration,
-                warmup: CALIBRATION_WARMUP.min(sc.warmup.0).min(duration / 3),
-            };
-            let id = push(&mut jobs, cal);
-            baselines.calibration.insert(li, id);
+                    warmup: CALIBRATION_WARMUP.min(sc.warmup.0).min(duration / 3),
+                };
+                let id = push(&mut jobs, cal);
+                if cc == CALIBRATION_CC {
+                    baselines.calibration.insert(li, id);
+                } else {
+                    baselines.paced_calibration.insert(li, id);
+                }
+            }
         }
 
         let mut wanted_solo: Vec<FlowPlan> = Vec::new();
@@ -304,10 +323,20 @@ mod tests {
         let count = |k: JobKind| p.jobs.iter().filter(|j| j.kind == k).count();
         assert_eq!(
             count(JobKind::Calibration),
-            1,
-            "buffers share the rate x RTT reference"
+            2,
+            "buffers share the rate x RTT references (Cubic, and the paced one)"
         );
         assert_eq!(p.baselines.calibration[&0], p.baselines.calibration[&1]);
+        assert_eq!(
+            p.baselines.paced_calibration[&0],
+            p.baselines.paced_calibration[&1]
+        );
+        let paced = &p.jobs[p.baselines.paced_calibration[&1]];
+        assert_eq!(paced.flows[0].cc, PACED_CALIBRATION_CC);
+        assert_eq!(
+            p.jobs[p.baselines.calibration[&1]].flows[0].cc,
+            CALIBRATION_CC
+        );
         assert_eq!(count(JobKind::Main), 2 * 2 * 2);
         // Solo cubic is shared by both match-ups: cubic, reno, bbr per link.
         assert_eq!(count(JobKind::Solo), 2 * 3);
@@ -337,7 +366,10 @@ mod tests {
         assert_eq!(p.jobs.iter().filter(|j| j.kind == JobKind::Solo).count(), 1);
         let p = plan(&scenario("flows = \"cubic:1, bbr:1\"\nbaselines = false"));
         let kinds: Vec<JobKind> = p.jobs.iter().map(|j| j.kind).collect();
-        assert_eq!(kinds, [JobKind::Calibration, JobKind::Main]);
+        assert_eq!(
+            kinds,
+            [JobKind::Calibration, JobKind::Calibration, JobKind::Main]
+        );
     }
 
     #[test]

@@ -71,7 +71,15 @@ pub struct Scenario {
     /// so harm (Ware; harm-vs-fairness eq. 2) can be computed.
     #[serde(default = "yes")]
     pub baselines: bool,
+    /// `kernel = "6.1"`: run in the VM on Debian's 6.1 kernel (the
+    /// pre-6.10 `cong_control` ABI). Left out: on this kernel, with the
+    /// userspace path emulator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
+
+/// The kernels a scenario can ask for by name: the VM's.
+pub const KERNELS: [&str; 1] = ["6.1"];
 
 fn yes() -> bool {
     true
@@ -98,6 +106,14 @@ pub struct Link {
     /// The IP version the flows run over.
     #[serde(default)]
     pub ip: IpVersion,
+    /// The ACK direction's rate; default: unconstrained. Host path only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse_rate: Option<Rate>,
+    /// A bandwidth trace in Mahimahi's format (one line per 1500-byte
+    /// delivery opportunity, in ms) that sets the bottleneck's rate in
+    /// place of `rate` (which still sizes BDP buffers). Host path only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// `ip = "v4"` (198.18.0.0/15) or `"v6"` (unique local fd00:ccc::/48),
@@ -117,6 +133,8 @@ pub enum Aqm {
     #[serde(alias = "taildrop")]
     TailDrop,
     FqCodel,
+    /// RFC 8289 CoDel on one queue (host path only).
+    Codel,
 }
 
 /// Flows of one congestion control that start together.
@@ -139,6 +157,14 @@ pub struct FlowGroup {
     /// Off it neither transmits nor receives. Default: always On.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// Data packets to drop from each of these flows' connections,
+    /// numbered from 1 in the order they leave the bottleneck (a
+    /// retransmission is a new packet): a loss at a known place, every
+    /// run. Host path only. iperf3's control connection counts on its own
+    /// and sends a handful of data packets, so numbers below ~10 hit it too
+    /// (it retransmits them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop: Vec<u64>,
 }
 
 /// An On/Off gate of a sender host: On for `on`, Off for `off`, repeating.
@@ -271,6 +297,7 @@ pub fn parse_flow_shorthand(s: &str) -> Result<Vec<FlowGroup>, String> {
                 cc: cc.to_string(),
                 count,
                 start: zero_span(),
+                drop: Vec::new(),
                 duration: None,
                 rtt: None,
                 schedule: None,
@@ -289,6 +316,10 @@ pub struct LinkSetting {
     pub loss: f64,
     pub aqm: Aqm,
     pub ip: IpVersion,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverse_rate: Option<Rate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// One flow of a run.
@@ -300,6 +331,9 @@ pub struct FlowPlan {
     pub rtt: Duration,
     /// The On/Off gate of this flow's sender host, if any.
     pub schedule: Option<Schedule>,
+    /// Data packets of its connection to drop (see [`FlowGroup::drop`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drop: Vec<u64>,
 }
 
 /// One run: a link setting, a repetition, its flows.
@@ -367,6 +401,8 @@ impl Scenario {
                         loss: self.link.loss,
                         aqm: self.link.aqm,
                         ip: self.link.ip,
+                        reverse_rate: self.link.reverse_rate,
+                        trace: self.link.trace.clone(),
                     });
                 }
             }
@@ -399,6 +435,7 @@ impl Scenario {
                     duration,
                     rtt,
                     schedule: g.schedule,
+                    drop: g.drop.clone(),
                 })
             })
             .collect()
@@ -504,6 +541,48 @@ impl Scenario {
                 "a loss probability in [0, 1), e.g. 0.01 for 1 %",
             ));
         }
+        if let Some(k) = &self.kernel {
+            if !KERNELS.contains(&k.as_str()) {
+                return Err(bad(
+                    "kernel",
+                    format!(
+                        "`{k}`: only {} (the VM's Debian kernel) can be asked for; leave it out to run on this kernel",
+                        KERNELS.map(|k| format!("\"{k}\"")).join(", ")
+                    ),
+                ));
+            }
+        }
+        if let Some(r) = self.link.reverse_rate {
+            if !(8e3..=1e10).contains(&r.0) {
+                return Err(bad(
+                    "link.reverse_rate",
+                    format!("{r} is outside 8kbit to 10gbit"),
+                ));
+            }
+        }
+        if let Some(t) = &self.link.trace {
+            ccctl_path::trace::BandwidthTrace::load(std::path::Path::new(t))
+                .map_err(|e| bad("link.trace", e.to_string()))?;
+        }
+        if self.kernel.is_some() {
+            // The VM's path is the kernel's qdiscs: nothing that only the
+            // userspace path emulator does.
+            let host_only = if self.link.reverse_rate.is_some() {
+                Some("link.reverse_rate")
+            } else if self.link.trace.is_some() {
+                Some("link.trace")
+            } else if self.link.aqm == Aqm::Codel {
+                Some("link.aqm")
+            } else {
+                None
+            };
+            if let Some(field) = host_only {
+                return Err(bad(
+                    field,
+                    "needs the host's userspace path emulator; with kernel = \"6.1\" the run is in the VM (netem and tbf)",
+                ));
+            }
+        }
         let rates = self
             .sweep
             .rate
@@ -580,6 +659,18 @@ impl Scenario {
             if let Some(sch) = g.schedule {
                 sch.check()
                     .map_err(|m| bad(format!("{field}.schedule"), m))?;
+            }
+            if g.drop.contains(&0) {
+                return Err(bad(
+                    format!("{field}.drop"),
+                    "data packets are numbered from 1",
+                ));
+            }
+            if !g.drop.is_empty() && self.kernel.is_some() {
+                return Err(bad(
+                    format!("{field}.drop"),
+                    "needs the host's userspace path emulator; with kernel = \"6.1\" the run is in the VM",
+                ));
             }
             if let Some(r) = g.rtt {
                 if r.0 > Duration::from_secs(10) {

@@ -140,12 +140,14 @@ pub fn select(plan: &Plan, shard: Shard) -> Vec<usize> {
         .collect();
     let calibrations: std::collections::BTreeSet<usize> = mine
         .iter()
-        .filter_map(|&id| {
-            plan.baselines
-                .calibration
-                .get(&plan.jobs[id].link_index)
-                .copied()
+        .flat_map(|&id| {
+            let li = plan.jobs[id].link_index;
+            [
+                plan.baselines.calibration.get(&li).copied(),
+                plan.baselines.paced_calibration.get(&li).copied(),
+            ]
         })
+        .flatten()
         .collect();
     let mut ids: Vec<usize> = mine.into_iter().chain(calibrations).collect();
     ids.sort_unstable();
@@ -527,6 +529,7 @@ fn restore(plan: &Plan, s: &ShardDir, r: &StoredRecord) -> Result<JobRecord, Mer
         phase_secs: r.phase_secs,
         t0_monotonic_ns: r.t0_monotonic_ns,
         trace: r.trace.as_ref().map(|f| s.dir.join("traces").join(f)),
+        path: None,
     })
 }
 
@@ -566,8 +569,13 @@ mod tests {
                 for &id in &ids {
                     count[id] += 1;
                     // A shard's runs have their link's calibration with them.
-                    let cal = plan.baselines.calibration[&plan.jobs[id].link_index];
-                    assert!(ids.contains(&cal), "shard {k}/{n}: run {id} without {cal}");
+                    let li = plan.jobs[id].link_index;
+                    for cal in [
+                        plan.baselines.calibration[&li],
+                        plan.baselines.paced_calibration[&li],
+                    ] {
+                        assert!(ids.contains(&cal), "shard {k}/{n}: run {id} without {cal}");
+                    }
                 }
                 assert!(ids.windows(2).all(|w| w[0] < w[1]), "plan order");
                 // Deterministic.

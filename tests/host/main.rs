@@ -208,6 +208,22 @@ mod dstar {
     fn tune_dstar_refuses_bad_values_and_changes_nothing() {
         dstar::tune_dstar_refuses_bad_values();
     }
+
+    /// Reading 9: idle 1.5 s (RTO >= 200 ms) between 1.5 s bursts; slow
+    /// start restarts only with net.ipv4.tcp_slow_start_after_idle = 1.
+    #[test]
+    fn dstar_idle_restart_follows_the_sysctl() {
+        dstar::dstar_idle_restart_follows_the_sysctl(
+            || TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
+            std::time::Duration::from_millis(1500),
+        );
+    }
+
+    /// The ssthresh and RTO-restart checks refuse made-up bad traces.
+    #[test]
+    fn dstar_checks_refuse_false_slow_start_and_old_window_exit() {
+        dstar::dstar_checks_refuse_false_slow_start_and_old_window_exit();
+    }
 }
 
 /// `ccctl lab` on the host. Its kernel has no netem, so these use a zero

@@ -1206,6 +1206,27 @@ mod dstar {
         );
     }
 
+    /// Reading 9 at 40 ms: 3 s bursts (slow start to a 67-packet BDP takes
+    /// about 1 s), 1.5 s idle (RTO about 250 ms).
+    #[test]
+    fn dstar_idle_restart_follows_the_sysctl() {
+        require_vm();
+        dstar::dstar_idle_restart_follows_the_sysctl(|| link(1.0), Duration::from_secs(3));
+    }
+
+    /// Reading 11: a 1.5 s burst of 90 % loss 3 s into an 8 s flow forces
+    /// RTOs; no loss of the window before one ends its slow start.
+    #[test]
+    fn dstar_rto_restart_ignores_old_window_losses() {
+        require_vm();
+        dstar::dstar_rto_restart_ignores_old_window_losses(
+            link(1.0),
+            8,
+            Duration::from_secs(3),
+            Duration::from_millis(1500),
+        );
+    }
+
     #[test]
     fn dstar_as_default_and_restored() {
         require_vm();

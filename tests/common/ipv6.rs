@@ -76,11 +76,11 @@ fn tuples(df: &DataFrame) -> Vec<(String, String, u64, u64, u64)> {
 }
 
 /// Three bpf_bbr flows at once, all to port 5201 or 5202 so that ports
-/// alone cannot tell them apart: A from fd00:ccc:1::1 and B from
-/// fd00:ccc:2::1 (one IPv6 testbed, two senders) to [fd00:ccc::2]:5201 and
+/// alone cannot tell them apart: A from fd00:ccc:0:1::1 and B from
+/// fd00:ccc:0:2::1 (one IPv6 testbed, two senders) to [fd00:ccc::2]:5201 and
 /// :5202, and C from 198.18.1.1 to 198.18.0.2:5201 (an IPv4 testbed).
 ///
-/// 1. `--local fd00:ccc:1::/48 --remote fd00:ccc::2`: only A's events,
+/// 1. `--local fd00:ccc:0:1::/64 --remote fd00:ccc::2`: only A's events,
 ///    with A's addresses as text, port and family AF_INET6. B has A's
 ///    remote address and differs from A's local one only in the third
 ///    group, inside the /48 (a match on the first 32 bits would take it);
@@ -106,7 +106,7 @@ pub fn ipv6_and_ipv4_flows_filtered_by_address(
     )
     .expect("IPv6 testbed");
     let tb4 = Testbed::new(TestbedConfig::new(rate_bps, buffer_bytes)).expect("IPv4 testbed");
-    assert_eq!(tb6.sender_addr(0).to_string(), "fd00:ccc:1::1");
+    assert_eq!(tb6.sender_addr(0).to_string(), "fd00:ccc:0:1::1");
     let flows = || {
         let d = Duration::from_secs(secs);
         vec![
@@ -135,7 +135,7 @@ pub fn ipv6_and_ipv4_flows_filtered_by_address(
     // 1. An IPv6 prefix and an IPv6 address.
     let (df, results) = trace_during(
         "ipv6-trace",
-        &["--local", "fd00:ccc:1::/48", "--remote", "fd00:ccc::2"],
+        &["--local", "fd00:ccc:0:1::/64", "--remote", "fd00:ccc::2"],
         &flows(),
     );
     carried(&results);
@@ -145,7 +145,7 @@ pub fn ipv6_and_ipv4_flows_filtered_by_address(
     for (saddr, daddr, sport, dport, family) in &rows {
         assert_eq!(
             (saddr.as_str(), daddr.as_str(), *dport, *family),
-            ("fd00:ccc:1::1", "fd00:ccc::2", 5201, AF_INET6),
+            ("fd00:ccc:0:1::1", "fd00:ccc::2", 5201, AF_INET6),
             "an event of another flow passed the IPv6 filter"
         );
         sports.insert(*sport);
@@ -261,7 +261,7 @@ pub fn lab_runs_over_ipv6(where_: &str, rate: &str, rate_bps: f64) {
         strs(&trace, "daddr"),
         u64s(&trace, "family"),
     );
-    let (sender, receiver) = ("fd00:ccc:1::1", "fd00:ccc::2");
+    let (sender, receiver) = ("fd00:ccc:0:1::1", "fd00:ccc::2");
     let mut from_sender = 0;
     for i in 0..trace.height() {
         let tuple = (saddr[i].as_str(), daddr[i].as_str(), family[i]);

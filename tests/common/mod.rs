@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod modest;
 pub mod modest_wmax;
 pub mod patched;
+pub mod path;
 pub mod shard;
 pub mod tracing;
 pub mod tune;

@@ -573,3 +573,39 @@ mod ipv6 {
         crate::common::ipv6::lab_runs_over_ipv6("host", "50mbit", 50e6);
     }
 }
+
+/// The userspace path emulator's own checks (ccctl-path on this kernel).
+mod path {
+    use crate::common::path;
+
+    #[test]
+    fn ping_takes_the_configured_rtt_from_10_to_200_ms() {
+        path::ping_takes_the_configured_rtt(&[10, 50, 200]);
+    }
+
+    #[test]
+    fn rate_and_queue_limits_in_packets_and_bytes_hold() {
+        path::rate_and_queue_limits_hold();
+    }
+
+    #[test]
+    fn loss_list_drops_exactly_the_listed_packets() {
+        path::loss_list_drops_exactly_the_listed_packets();
+    }
+
+    #[test]
+    fn fq_codel_isolates_a_sparse_flow_where_tail_drop_does_not() {
+        path::fq_codel_isolates_a_sparse_flow();
+    }
+
+    #[test]
+    fn teardown_leaves_no_thread_socket_or_namespace() {
+        path::teardown_leaves_no_thread_socket_or_namespace();
+    }
+
+    #[test]
+    fn only_our_addresses_ipv4_and_ipv6() {
+        path::only_our_addresses(false);
+        path::only_our_addresses(true);
+    }
+}

@@ -23,6 +23,10 @@ const PACKAGES: &[(&str, &str)] = &[
     ("zlib1g-dev", "libbpf"),
     ("bpftool", "vmlinux.h generation, inspection"),
     ("iperf3", "traffic in tests and the demo"),
+    (
+        "iputils-ping",
+        "RTT through the path emulator (tests, bench testbed)",
+    ),
     ("ethtool", "offload settings in testbeds"),
     ("iproute2", "ip/tc/ss: namespaces, qdiscs"),
     ("kmod", "modprobe (host, and the VM's initramfs)"),

@@ -16,7 +16,14 @@ use clap::Args;
 use crate::{proc, vm};
 
 /// The crates whose unit tests run first (`cargo test -p ...`).
-const UNIT_TEST_PACKAGES: &[&str] = &["ccctl-sys", "ccctl-vm", "ccctl-core", "ccctl-lab", "ccctl"];
+const UNIT_TEST_PACKAGES: &[&str] = &[
+    "ccctl-sys",
+    "ccctl-vm",
+    "ccctl-core",
+    "ccctl-path",
+    "ccctl-lab",
+    "ccctl",
+];
 
 /// Upper bound for the single VM boot running the VM tests.
 const VM_TIMEOUT: Duration = Duration::from_secs(45 * 60);

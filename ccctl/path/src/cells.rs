@@ -413,7 +413,7 @@ mod tests {
             assert!(!loss.ingress.drops(&data([198, 18, 1, 1], 40000)));
         }
         assert_eq!(dropped, [3, 4, 7]);
-        assert!(loss.ingress.drops(&data([198, 18, 2, 1], 40001)) == false);
+        assert!(!loss.ingress.drops(&data([198, 18, 2, 1], 40001)));
         assert_eq!(counters.listed.load(Ordering::Relaxed), 3);
     }
 

@@ -169,7 +169,7 @@ pub(crate) mod tests {
         assert_eq!(s.seq, 7);
         assert_eq!(dst_addr(&f), Some("198.18.0.2".parse().unwrap()));
 
-        let a: Ipv6Addr = "fd00:ccc:1::1".parse().unwrap();
+        let a: Ipv6Addr = "fd00:ccc:0:1::1".parse().unwrap();
         let b: Ipv6Addr = "fd00:ccc::2".parse().unwrap();
         let f = tcp6(a, 1, b, 2, 0);
         let s = tcp_segment(&f).unwrap();

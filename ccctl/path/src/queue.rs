@@ -210,7 +210,7 @@ impl<P: Packet> TailDrop<P> {
         let fits_packets = self
             .limit
             .packets
-            .is_none_or(|l| self.queue.len() as u64 + 1 <= l);
+            .is_none_or(|l| (self.queue.len() as u64) < l);
         let fits_bytes = self.limit.bytes.is_none_or(|l| self.bytes + len <= l);
         if fits_packets && fits_bytes {
             self.bytes += len;

@@ -71,7 +71,7 @@
 //! 198.18.0.0/24 (router .1, receiver .2), sender N link 198.18.(N+1).0/24
 //! (sender .1, router .2). IPv6 ([`IpVersion::V6`], unique local addresses
 //! in fd00:ccc::/48, used inside these namespaces only): receiver link
-//! fd00:ccc::/64 (router ::1, receiver ::2), sender N link fd00:ccc:N+1::/64
+//! fd00:ccc::/64 (router ::1, receiver ::2), sender N link fd00:ccc:0:N+1::/64 (all in fd00:ccc::/48)
 //! (sender ::1, router ::2). IPv6 addresses skip duplicate address detection
 //! (`IFA_F_NODAD`, and `accept_dad = 0` on every testbed device before it
 //! goes up, for the link-local ones too), and the build waits (at most 5 s)
@@ -164,10 +164,11 @@ pub struct SenderConfig {
     pub gate: Option<Gate>,
 }
 
-/// `fd00:ccc:NET::HOST`: the testbed's IPv6 unique local addresses (RFC
-/// 4193), in our own namespaces only, as 198.18.0.0/15 is for IPv4.
+/// `fd00:ccc:0:NET::HOST`: the testbed's IPv6 unique local addresses (RFC
+/// 4193), all inside fd00:ccc::/48 (NET is the subnet, the fourth group),
+/// in our own namespaces only, as 198.18.0.0/15 is for IPv4.
 fn ula(net: u16, host: u16) -> IpAddr {
-    Ipv6Addr::new(0xfd00, 0x0ccc, net, 0, 0, 0, 0, host).into()
+    Ipv6Addr::new(0xfd00, 0x0ccc, 0, net, 0, 0, 0, host).into()
 }
 
 /// MAC addresses of sender `i`'s link: (sender end, router end), for a
@@ -1379,10 +1380,18 @@ mod host_tests {
         for (r, dev, want) in [
             (Role::Receiver, RECEIVER_DEV.to_string(), "fd00:ccc::2/64"),
             (Role::Router, ROUTER_RX_DEV.to_string(), "fd00:ccc::1/64"),
-            (Role::Sender(0), SENDER_DEV.to_string(), "fd00:ccc:1::1/64"),
-            (Role::Router, router_sender_dev(0), "fd00:ccc:1::2/64"),
-            (Role::Sender(1), SENDER_DEV.to_string(), "fd00:ccc:2::1/64"),
-            (Role::Router, router_sender_dev(1), "fd00:ccc:2::2/64"),
+            (
+                Role::Sender(0),
+                SENDER_DEV.to_string(),
+                "fd00:ccc:0:1::1/64",
+            ),
+            (Role::Router, router_sender_dev(0), "fd00:ccc:0:1::2/64"),
+            (
+                Role::Sender(1),
+                SENDER_DEV.to_string(),
+                "fd00:ccc:0:2::1/64",
+            ),
+            (Role::Router, router_sender_dev(1), "fd00:ccc:0:2::2/64"),
         ] {
             let a = addrs(r, &dev);
             assert!(a.contains(want), "{r} {dev}: {a}");
@@ -1404,7 +1413,7 @@ mod host_tests {
             .exec(Role::Sender(1), &["ip", "-6", "route", "show", "default"])
             .unwrap();
         assert!(
-            String::from_utf8_lossy(&route.stdout).contains("via fd00:ccc:2::2"),
+            String::from_utf8_lossy(&route.stdout).contains("via fd00:ccc:0:2::2"),
             "{}",
             String::from_utf8_lossy(&route.stdout)
         );

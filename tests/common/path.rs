@@ -1,0 +1,308 @@
+//! The userspace path emulator's own checks, on the running kernel: what
+//! it is asked for is what a flow and a ping measure through it.
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ccctl_lab::{
+    iperf::{self, FlowSpec},
+    testbed::{buffer_bdp, buffer_packets, Aqm, Role, Testbed, TestbedConfig},
+};
+
+use super::flows::{mbit, testbed};
+
+/// Round-trip times (ms) of `count` pings from sender `i` to the receiver,
+/// one every `interval_ms`, in order.
+pub fn ping_rtts(tb: &Testbed, i: usize, count: u32, interval_ms: u32) -> Vec<f64> {
+    let dst = tb.receiver_addr().to_string();
+    let interval = format!("{:.3}", f64::from(interval_ms) / 1000.0);
+    let out = tb
+        .exec(
+            Role::Sender(i),
+            &[
+                "ping",
+                "-n",
+                "-c",
+                &count.to_string(),
+                "-i",
+                &interval,
+                &dst,
+            ],
+        )
+        .expect("ping through the path");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(
+        rtts.len() as u32 >= count * 9 / 10,
+        "only {} of {count} ping replies: {text}",
+        rtts.len()
+    );
+    rtts
+}
+
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// A ping through an idle path takes the configured RTT: the median within
+/// max(0.5 ms, 2 %) of it, at each of `rtts_ms`, and never less than it
+/// (a path that is faster than asked is as wrong as a slower one).
+pub fn ping_takes_the_configured_rtt(rtts_ms: &[u64]) {
+    for &ms in rtts_ms {
+        let rtt = Duration::from_millis(ms);
+        let rate = 100_000_000;
+        let tb = testbed(
+            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                .with_rtts(&[rtt])
+                .userspace(),
+        );
+        let got = ping_rtts(&tb, 0, 30, 20.max(ms as u32 / 4));
+        let (median, p99, min) = (
+            quantile(&got, 0.5),
+            quantile(&got, 0.99),
+            quantile(&got, 0.0),
+        );
+        let tol = (0.02 * ms as f64).max(0.5);
+        println!(
+            "path RTT {ms} ms: ping median {median:.3} ms (error {:+.3}), p99 {p99:.3}, min {min:.3}",
+            median - ms as f64
+        );
+        assert!(
+            (median - ms as f64).abs() <= tol,
+            "configured {ms} ms, ping median {median:.3} ms (tolerance {tol:.2} ms)"
+        );
+        assert!(
+            min >= ms as f64,
+            "a ping came back in {min:.3} ms, under the configured {ms} ms"
+        );
+    }
+}
+
+/// One Cubic flow gets the bottleneck's rate, not more: its goodput is
+/// 90-100 % of what the rate carries in TCP payload (1448 of every 1500
+/// bytes), and the emulator's queue filled to its limit (Cubic overflows
+/// any buffer), in packets when the limit is in packets and in bytes when
+/// in bytes.
+pub fn rate_and_queue_limits_hold() {
+    let rate = 50_000_000u64;
+    let rtt = Duration::from_millis(20);
+    let payload_rate = rate as f64 * 1448.0 / 1500.0;
+
+    // A limit in packets (the byte limit well above it).
+    let mut cfg = TestbedConfig::new(rate, 10_000_000)
+        .with_rtts(&[rtt])
+        .userspace();
+    cfg.buffer_packets = Some(37);
+    let tb = testbed(cfg);
+    let r = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(6))).expect("flow");
+    let st = tb.path_stats().expect("a userspace path");
+    println!(
+        "rate {} Mbit/s, limit 37 packets: cubic {:.2} Mbit/s ({:.1} % of the payload rate), max backlog {} packets, {} drops",
+        rate / 1_000_000,
+        mbit(r.goodput_bps),
+        100.0 * r.goodput_bps / payload_rate,
+        st.max_backlog,
+        st.dropped
+    );
+    assert!(
+        r.goodput_bps >= 0.90 * payload_rate && r.goodput_bps <= 1.0 * payload_rate,
+        "goodput {:.2} Mbit/s on a {} Mbit/s path",
+        mbit(r.goodput_bps),
+        rate / 1_000_000
+    );
+    assert_eq!(st.max_backlog, 37, "the queue's packet limit");
+    assert!(st.dropped > 0, "Cubic never overflowed 37 packets");
+    drop(tb);
+
+    // A limit in bytes: 40 full frames' worth less a little.
+    let limit = 40 * 1514 - 100;
+    let tb = testbed(
+        TestbedConfig::new(rate, limit)
+            .with_rtts(&[rtt])
+            .userspace(),
+    );
+    iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(4))).expect("flow");
+    let st = tb.path_stats().expect("a userspace path");
+    println!(
+        "limit {limit} B: max backlog {} B in {} packets, {} drops",
+        st.max_backlog_bytes, st.max_backlog, st.dropped
+    );
+    assert!(
+        st.max_backlog_bytes <= limit && st.max_backlog_bytes > limit - 1514,
+        "max backlog {} B for a {limit} B limit",
+        st.max_backlog_bytes
+    );
+    assert_eq!(st.max_backlog, 39, "39 full frames fit {limit} B");
+}
+
+/// A loss list drops exactly the data packets it names, of the sender it
+/// names: the emulator counts those drops and no other, and the flow's
+/// sender retransmits at least that many; another sender's flow on the
+/// same path loses nothing.
+pub fn loss_list_drops_exactly_the_listed_packets() {
+    let rate = 100_000_000u64;
+    let rtt = Duration::from_millis(10);
+    // A buffer no 3 s flow fills: every loss is the list's.
+    let cfg = TestbedConfig::new(rate, buffer_packets(20_000, 1500))
+        .with_rtts(&[rtt, rtt])
+        .userspace()
+        .with_loss_list(1, &[40, 41, 300]);
+    let tb = testbed(cfg);
+    let specs = [
+        FlowSpec::new(0, "cubic", Duration::from_secs(3)),
+        FlowSpec::new(1, "cubic", Duration::from_secs(3)),
+    ];
+    let res = iperf::run_flows(&tb, &specs).expect("flows");
+    let st = tb.path_stats().expect("a userspace path");
+    println!(
+        "loss list [40, 41, 300] on sender 1: listed drops {}, queue drops {}, random {}; retransmissions: sender 0 {}, sender 1 {}",
+        st.listed_losses, st.dropped, st.random_losses, res[0].retransmits, res[1].retransmits
+    );
+    assert_eq!(st.listed_losses, 3, "the list names three packets");
+    assert_eq!(st.dropped, 0, "the queue overflowed: the test's premise");
+    assert_eq!(st.random_losses, 0);
+    assert_eq!(res[0].retransmits, 0, "sender 0 lost nothing");
+    assert!(
+        res[1].retransmits >= 3,
+        "sender 1 retransmitted {} times for 3 drops",
+        res[1].retransmits
+    );
+}
+
+/// FQ-CoDel keeps a sparse flow's delay near the base RTT while a Cubic
+/// flow fills the link; the same buffer as one tail-drop FIFO puts the
+/// whole standing queue into it.
+pub fn fq_codel_isolates_a_sparse_flow() {
+    let rate = 20_000_000u64;
+    let rtt = Duration::from_millis(20);
+    let buffer = buffer_bdp(rate, rtt, 4.0, 1500); // 80 ms of queue at most
+    let mut under_load = Vec::new();
+    for aqm in [Aqm::FqCodel, Aqm::TailDrop] {
+        let tb = testbed(
+            TestbedConfig::new(rate, buffer)
+                .with_rtts(&[rtt, rtt])
+                .with_aqm(aqm)
+                .userspace(),
+        );
+        let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "cubic", Duration::from_secs(8))])
+            .expect("flow");
+        std::thread::sleep(Duration::from_secs(3));
+        let rtts = ping_rtts(&tb, 1, 40, 100);
+        running.wait().expect("flow");
+        let median = quantile(&rtts, 0.5);
+        println!("{aqm:?}: ping beside a Cubic flow, median {median:.1} ms (base 20 ms)");
+        under_load.push(median);
+    }
+    assert!(
+        under_load[0] < 20.0 + 5.0,
+        "FQ-CoDel: the sparse flow waited {:.1} ms (base 20)",
+        under_load[0]
+    );
+    assert!(
+        under_load[1] > 20.0 + 20.0,
+        "tail drop: the ping saw only {:.1} ms beside Cubic (the premise: a standing queue)",
+        under_load[1]
+    );
+}
+
+/// Dropping a testbed stops the emulator: its threads are gone, its
+/// sockets closed, its namespaces deleted.
+pub fn teardown_leaves_no_thread_socket_or_namespace() {
+    let fds = || {
+        std::fs::read_dir("/proc/self/fd")
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let before = fds();
+    let tb = testbed(
+        TestbedConfig::new(10_000_000, 100_000)
+            .with_rtts(&[Duration::from_millis(5)])
+            .userspace(),
+    );
+    ping_rtts(&tb, 0, 3, 20);
+    let tids = tb.path_emulator().expect("a userspace path").thread_ids();
+    assert!(!tids.is_empty(), "no emulator thread recorded");
+    let names: Vec<String> = [Role::Sender(0), Role::Router, Role::Receiver]
+        .iter()
+        .map(|&r| tb.ns(r))
+        .collect();
+    tb.destroy().expect("teardown");
+    for tid in tids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(),
+            "emulator thread {tid} survived the teardown"
+        );
+    }
+    assert!(
+        fds() <= before,
+        "file descriptors {before} -> {} after teardown",
+        fds()
+    );
+    let left = String::from_utf8_lossy(
+        &std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip netns")
+            .stdout,
+    )
+    .into_owned();
+    for n in names {
+        assert!(!left.contains(&n), "{n} survived: {left}");
+    }
+}
+
+/// No address outside the project's ranges appears on any device of a
+/// testbed, IPv4 or IPv6 (198.18.0.0/15, fd00:ccc::/48, link-local fe80::/10
+/// and loopback only).
+pub fn only_our_addresses(v6: bool) {
+    let mut cfg = TestbedConfig::new(10_000_000, 100_000)
+        .with_rtts(&[Duration::ZERO; 2])
+        .userspace();
+    if v6 {
+        cfg = cfg.with_ip(ccctl_lab::testbed::IpVersion::V6);
+    }
+    let tb = testbed(cfg);
+    ping_rtts(&tb, 1, 3, 20);
+    let mut seen = BTreeSet::new();
+    for role in [
+        Role::Sender(0),
+        Role::Sender(1),
+        Role::Router,
+        Role::Receiver,
+    ] {
+        let out = tb
+            .exec(role, &["ip", "-o", "addr", "show"])
+            .expect("ip addr");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let mut it = line.split_whitespace();
+            while let Some(w) = it.next() {
+                if w == "inet" || w == "inet6" {
+                    let a = it.next().unwrap_or("").split('/').next().unwrap_or("");
+                    seen.insert(a.parse::<IpAddr>().expect("an address"));
+                }
+            }
+        }
+    }
+    let ours = |a: &IpAddr| match a {
+        IpAddr::V4(v) => v.is_loopback() || (v.octets()[0] == 198 && (v.octets()[1] & 0xfe) == 18),
+        IpAddr::V6(v) => {
+            let s = v.segments();
+            v.is_loopback()
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] == 0xfd00 && s[1] == 0x0ccc && s[2] < 0x100)
+        }
+    };
+    println!("addresses in the testbed: {seen:?}");
+    let foreign: Vec<&IpAddr> = seen.iter().filter(|a| !ours(a)).collect();
+    assert!(
+        foreign.is_empty(),
+        "addresses outside our ranges: {foreign:?}"
+    );
+    assert!(seen.iter().any(|a| !a.is_loopback()), "no address at all");
+}

@@ -540,6 +540,7 @@ pub fn gate_passes_packets_only_in_on_windows(
     rtt: Duration,
     on_ms: u64,
     off_ms: u64,
+    path: ccctl_lab::testbed::PathKind,
 ) {
     let _clean = Clean::new();
     let gate = Gate {
@@ -549,6 +550,7 @@ pub fn gate_passes_packets_only_in_on_windows(
     let buffer = ccctl_lab::testbed::buffer_bdp(rate_bps, rtt, 1.0, 1500);
     let mut cfg = TestbedConfig::new(rate_bps, buffer).with_rtts(&[rtt]);
     cfg.senders[0].gate = Some(gate);
+    cfg.path = path;
     let tb = testbed(cfg);
     let secs = 12;
     let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, "cubic", Duration::from_secs(secs))])
@@ -625,10 +627,18 @@ pub fn gate_passes_packets_only_in_on_windows(
         allowed(recv),
         &bad_recv[..bad_recv.len().min(20)]
     );
-    // The same testbed's qdiscs carry the schedule (what the lab records).
+    // The same testbed's qdiscs carry the schedule (what the lab records):
+    // taprio, or on the userspace path the sender's switched tbf.
     let qd = tb
         .exec(Role::Sender(0), &["tc", "qdisc", "show", "dev", "eth0"])
         .expect("tc");
     let qd = String::from_utf8_lossy(&qd.stdout);
-    assert!(qd.contains("taprio"), "no taprio on the sender: {qd}");
+    let gate_qdisc = match path {
+        ccctl_lab::testbed::PathKind::Qdisc => "taprio",
+        ccctl_lab::testbed::PathKind::Userspace => "tbf",
+    };
+    assert!(
+        qd.contains(gate_qdisc),
+        "no {gate_qdisc} on the sender: {qd}"
+    );
 }

@@ -603,6 +603,21 @@ mod path {
         path::teardown_leaves_no_thread_socket_or_namespace();
     }
 
+    /// The sender gate on the host path keeps time as taprio does in the
+    /// VM (On 20 / Off 60 ms, 50 Mbit/s, 40 ms): every packet onto the
+    /// sender's link in an On window, within 1 ms, both directions.
+    #[test]
+    fn sender_gate_passes_packets_only_in_on_windows() {
+        let _clean = crate::common::Clean::new();
+        crate::common::patched::gate_passes_packets_only_in_on_windows(
+            50_000_000,
+            std::time::Duration::from_millis(40),
+            20,
+            60,
+            ccctl_lab::testbed::PathKind::Userspace,
+        );
+    }
+
     #[test]
     fn only_our_addresses_ipv4_and_ipv6() {
         path::only_our_addresses(false);

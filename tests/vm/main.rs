@@ -1042,7 +1042,13 @@ mod patched {
     #[test]
     fn sender_gate_passes_packets_only_in_on_windows() {
         require_vm();
-        patched::gate_passes_packets_only_in_on_windows(10_000_000, RTT, 20, 60);
+        patched::gate_passes_packets_only_in_on_windows(
+            10_000_000,
+            RTT,
+            20,
+            60,
+            ccctl_lab::testbed::PathKind::Qdisc,
+        );
     }
 
     /// Pseudocode 2 from the trace of a patched_bbr flow whose sender is

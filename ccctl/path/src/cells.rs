@@ -30,19 +30,6 @@ impl ControlInterface for NoControl {
     }
 }
 
-/// An ingress that hands packets to the cell's egress task.
-pub struct ChannelIngress {
-    tx: mpsc::UnboundedSender<Pkt>,
-}
-
-impl Ingress<Pkt> for ChannelIngress {
-    fn enqueue(&self, packet: Pkt) -> Result<(), CellError> {
-        self.tx
-            .send(packet)
-            .map_err(|_| CellError::ChannelError("cell closed".into()))
-    }
-}
-
 macro_rules! cell_impl {
     ($cell:ident, $ingress:ty, $egress:ty) => {
         impl Cell<Pkt> for $cell {
@@ -182,11 +169,33 @@ impl TaiClock {
     }
 }
 
+/// EtherType of the frame a sender's gate sends itself when it opens (IEEE
+/// 802 local experimental): it restarts the sender's qdisc (see the lab's
+/// sender gate) and goes no further than the emulator's gate.
+pub const GATE_KICK_ETHERTYPE: u16 = 0x88b5;
+
 /// Holds packets while its sender's gate is closed, releases them in order
 /// when it opens. One on each direction of a gated sender's link.
 pub struct Gate {
-    ingress: Arc<ChannelIngress>,
+    ingress: Arc<GateIngress>,
     egress: GateEgress,
+}
+
+/// A gate's ingress: everything but the sender's kick frames.
+pub struct GateIngress {
+    tx: mpsc::UnboundedSender<Pkt>,
+}
+
+impl Ingress<Pkt> for GateIngress {
+    fn enqueue(&self, packet: Pkt) -> Result<(), CellError> {
+        let b = packet.as_slice();
+        if b.len() >= 14 && u16::from_be_bytes([b[12], b[13]]) == GATE_KICK_ETHERTYPE {
+            return Ok(());
+        }
+        self.tx
+            .send(packet)
+            .map_err(|_| CellError::ChannelError("cell closed".into()))
+    }
 }
 
 pub struct GateEgress {
@@ -202,7 +211,7 @@ impl Gate {
     pub fn new(schedule: GateSchedule, held: Arc<AtomicU64>) -> Result<Self, CellError> {
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Gate {
-            ingress: Arc::new(ChannelIngress { tx }),
+            ingress: Arc::new(GateIngress { tx }),
             egress: GateEgress {
                 rx,
                 schedule,
@@ -232,7 +241,7 @@ impl Egress<Pkt> for GateEgress {
     }
 }
 
-cell_impl!(Gate, ChannelIngress, GateEgress);
+cell_impl!(Gate, GateIngress, GateEgress);
 
 // ---------------------------------------------------------------------------
 // The data path's losses

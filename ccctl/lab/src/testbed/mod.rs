@@ -90,6 +90,7 @@ mod exec;
 mod link;
 mod netns;
 mod qdisc;
+mod sender_gate;
 
 pub use exec::{ns_command, ns_exec, ns_spawn, ns_spawn_stdio, run, NsProcess};
 pub use link::{router_sender_dev, RECEIVER_DEV, ROUTER_RX_DEV, SENDER_DEV};
@@ -487,6 +488,8 @@ pub struct Testbed {
     /// The userspace path, when the testbed has one (stopped before the
     /// namespaces go).
     path: Option<PathEmulator>,
+    /// The gated senders' own side of their gates (userspace path).
+    sender_gates: Vec<sender_gate::SenderGate>,
 }
 
 impl Testbed {
@@ -502,6 +505,7 @@ impl Testbed {
                 created: Vec::new(),
                 next_port: AtomicU16::new(5201),
                 path: None,
+                sender_gates: Vec::new(),
             };
             tb.build()?; // on error, Drop cleans up
             return Ok(tb);
@@ -530,6 +534,7 @@ impl Testbed {
             created: Vec::new(),
             next_port: AtomicU16::new(5201),
             path: None,
+            sender_gates: Vec::new(),
         };
         tb.build()?; // on error, Drop cleans up
         Ok(tb)
@@ -814,6 +819,26 @@ impl Testbed {
         }
         let spec = self.path_spec();
         self.path = Some(PathEmulator::start(&spec)?);
+        // Gated senders: a permanent neighbour for the gateway (ARP would
+        // wait at the closed gate), then the sender's own side of the gate.
+        for (i, s) in self.cfg.senders.iter().enumerate() {
+            if let Some(g) = s.gate {
+                let sender = self.ns(Role::Sender(i));
+                let (sender_mac, router_mac) = link_macs(i);
+                link::neigh_permanent(
+                    &sender,
+                    SENDER_DEV,
+                    self.router_sender_addr(i),
+                    &router_mac,
+                )?;
+                self.sender_gates.push(sender_gate::SenderGate::start(
+                    ccctl_sys::netns::named(&sender),
+                    SENDER_DEV,
+                    (mac_bytes(&sender_mac), mac_bytes(&router_mac)),
+                    g,
+                )?);
+            }
+        }
         Ok(())
     }
 
@@ -978,7 +1003,7 @@ impl Testbed {
             rt.addrs.push((dev, addr, len));
         }
         for (i, s) in c.senders.iter().enumerate() {
-            if s.gate.is_some() && !s.rtt.is_zero() {
+            if s.gate.is_some() && !s.rtt.is_zero() && !userspace {
                 rt.up.push(gate_ifb_dev(i));
             }
         }
@@ -1028,7 +1053,9 @@ impl Testbed {
     /// them with one `ip -batch` (senders first, router last; names that
     /// were never created are skipped).
     fn teardown(&mut self) -> Result<()> {
-        // The emulator's cells and sockets first, while their devices exist.
+        // The gates' threads and the emulator's cells and sockets first,
+        // while their devices exist.
+        self.sender_gates.clear();
         drop(self.path.take());
         if self.created.is_empty() {
             return Ok(());
@@ -1437,6 +1464,7 @@ mod host_tests {
             created: Vec::new(),
             next_port: AtomicU16::new(5201),
             path: None,
+            sender_gates: Vec::new(),
         };
         (prefix, tb.build().map(|()| tb))
     }

@@ -1,8 +1,8 @@
 //! `cargo xtask demo`: the main job on the built-in namespace testbed:
 //! `ccctl lab run scenarios/bbr-vs-cubic.toml`, Cubic against BBR on a
-//! shallow and a deep bottleneck buffer. On a kernel without netem (like
-//! the 6.18 development host) ccctl runs it inside the virtme-ng VM by
-//! itself. Results land in `results/bbr-vs-cubic-<UTC time>/`.
+//! shallow and a deep bottleneck buffer, on this kernel with the lab's
+//! userspace path emulator (no qdisc needed). Results land in
+//! `results/bbr-vs-cubic-<UTC time>/`.
 
 use std::path::Path;
 use std::process::Command;

@@ -86,7 +86,7 @@ pub struct ScenarioArgs {
     /// Random loss probability on the data path, e.g. 0.01.
     #[arg(long, allow_hyphen_values = true)]
     pub loss: Option<f64>,
-    /// Bottleneck queue: tail_drop or fq_codel.
+    /// Bottleneck queue: tail_drop, fq_codel or codel (codel: host path only).
     #[arg(long)]
     pub aqm: Option<String>,
     /// Run the flows over IPv6 (the testbed's fd00:ccc::/48; `ip = "v6"` in [link]).
@@ -116,7 +116,8 @@ pub struct ScenarioArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub scenario: ScenarioArgs,
-    /// Where the testbed runs: auto picks the host when its kernel has netem, else the VM.
+    /// Where the testbed runs: auto (and host) is this kernel with the userspace path emulator;
+    /// vm is Debian's 6.1 in a VM with the kernel's qdiscs (auto picks it for kernel = "6.1").
     #[arg(long = "where", value_enum, default_value_t = Where::Auto)]
     pub where_: Where,
     /// Results directory; each run writes <out>/<name>-<UTC time>/.

@@ -498,18 +498,24 @@ impl Testbed {
     pub fn new(cfg: TestbedConfig) -> Result<Self> {
         cfg.validate()?;
         sweep_stale();
-        if cfg.path == PathKind::Userspace {
-            let mut tb = Testbed {
-                cfg,
-                prefix: next_prefix(),
-                created: Vec::new(),
-                next_port: AtomicU16::new(5201),
-                path: None,
-                sender_gates: Vec::new(),
-            };
-            tb.build()?; // on error, Drop cleans up
-            return Ok(tb);
+        if cfg.path == PathKind::Qdisc {
+            Self::check_qdiscs(&cfg)?;
         }
+        let mut tb = Testbed {
+            cfg,
+            prefix: next_prefix(),
+            created: Vec::new(),
+            next_port: AtomicU16::new(5201),
+            path: None,
+            sender_gates: Vec::new(),
+        };
+        tb.build()?; // on error, Drop cleans up
+        Ok(tb)
+    }
+
+    /// The qdisc testbed needs netem, taprio and fq_codel where `cfg` uses
+    /// them: refused by name before anything is created.
+    fn check_qdiscs(cfg: &TestbedConfig) -> Result<()> {
         modprobe_all();
         if cfg.needs_netem() && !netem_available()? {
             return Err(Error::NetemMissing {
@@ -528,16 +534,7 @@ impl Testbed {
                 qdisc: "fq_codel".into(),
             });
         }
-        let mut tb = Testbed {
-            cfg,
-            prefix: next_prefix(),
-            created: Vec::new(),
-            next_port: AtomicU16::new(5201),
-            path: None,
-            sender_gates: Vec::new(),
-        };
-        tb.build()?; // on error, Drop cleans up
-        Ok(tb)
+        Ok(())
     }
 
     /// The userspace path's counters (None on the qdisc testbed).
@@ -867,10 +864,7 @@ impl Testbed {
                         },
                         addr: self.addr(Role::Sender(i)),
                         rtt: s.rtt,
-                        gate: s.gate.map(|g| ccctl_path::GateSchedule {
-                            on: g.on,
-                            off: g.off,
-                        }),
+                        gate: s.gate,
                     }
                 })
                 .collect(),

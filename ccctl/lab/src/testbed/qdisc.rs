@@ -134,42 +134,27 @@ pub(super) fn gate_ifb_dev(i: usize) -> String {
 /// A sender host's On/Off schedule (a descheduled VM, patched-bbr-cloud.txt
 /// Sec. III-C): its link carries packets, both ways, only during the first
 /// `on` of every `on + off`, cycles aligned to CLOCK_TAI multiples of
-/// `on + off` (taprio base-time 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Gate {
-    pub on: Duration,
-    pub off: Duration,
+/// `on + off` (taprio base-time 0). One type for both path emulators.
+pub use ccctl_path::GateSchedule as Gate;
+
+/// The `taprio` root of `dev` for gate `g`: one traffic class on queue 0
+/// that every priority maps to, gate open for `on`, closed for `off`, TAI
+/// clock, base-time 0 (so every gate of a testbed opens and closes
+/// together).
+fn taprio_line(g: &Gate, dev: &str) -> String {
+    format!(
+        "qdisc add dev {dev} root handle {GATE_HANDLE}: {}",
+        taprio_args(g)
+    )
 }
 
-impl Gate {
-    pub fn cycle(&self) -> Duration {
-        self.on + self.off
-    }
-
-    /// Whether CLOCK_TAI time `tai_ns` falls in an On window.
-    pub fn is_on_at(&self, tai_ns: u64) -> bool {
-        let cycle = self.cycle().as_nanos() as u64;
-        cycle == 0 || ((tai_ns % cycle) as u128) < self.on.as_nanos()
-    }
-
-    /// The `taprio` root of `dev`: one traffic class on queue 0 that every
-    /// priority maps to, gate open for `on`, closed for `off`, TAI clock,
-    /// base-time 0 (so every gate of a testbed opens and closes together).
-    pub(super) fn taprio_line(&self, dev: &str) -> String {
-        format!(
-            "qdisc add dev {dev} root handle {GATE_HANDLE}: {}",
-            self.taprio_args()
-        )
-    }
-
-    fn taprio_args(&self) -> String {
-        format!(
-            "taprio num_tc 1 map 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 queues 1@0 base-time 0 \
-             sched-entry S 01 {} sched-entry S 00 {} clockid CLOCK_TAI",
-            self.on.as_nanos(),
-            self.off.as_nanos()
-        )
-    }
+fn taprio_args(g: &Gate) -> String {
+    format!(
+        "taprio num_tc 1 map 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 queues 1@0 base-time 0 \
+         sched-entry S 01 {} sched-entry S 00 {} clockid CLOCK_TAI",
+        g.on.as_nanos(),
+        g.off.as_nanos()
+    )
 }
 
 /// Handle of a gate's taprio root.
@@ -188,8 +173,8 @@ const GATE_HANDLE: u32 = 100;
 /// good in three others).
 pub(super) fn gate_qdiscs(g: &Gate, i: usize) -> (Vec<String>, Vec<String>) {
     (
-        vec![g.taprio_line(super::SENDER_DEV)],
-        vec![g.taprio_line(&router_sender_dev(i))],
+        vec![taprio_line(g, super::SENDER_DEV)],
+        vec![taprio_line(g, &router_sender_dev(i))],
     )
 }
 
@@ -199,7 +184,7 @@ pub fn taprio_available() -> Result<bool> {
         on: Duration::from_millis(1),
         off: Duration::from_millis(1),
     };
-    let args = g.taprio_args();
+    let args = taprio_args(&g);
     let args: Vec<&str> = args.split_whitespace().skip(1).collect();
     qdisc_available("taprio", &args)
 }

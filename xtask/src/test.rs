@@ -21,6 +21,7 @@ const UNIT_TEST_PACKAGES: &[&str] = &[
     "ccctl-vm",
     "ccctl-core",
     "ccctl-path",
+    "ccctl-testbed",
     "ccctl-lab",
     "ccctl",
 ];

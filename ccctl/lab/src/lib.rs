@@ -1,7 +1,8 @@
 //! ccctl-lab: congestion-control experiments on a namespace dumbbell, and
 //! everything that measures flows.
 //!
-//! The measuring parts: [`testbed`] (namespaces, links, qdiscs),
+//! The measuring parts: [`testbed`] (ccctl-testbed: namespaces, links,
+//! the kernel's qdiscs or the userspace path emulator),
 //! [`sockdiag`] (socket sampling through inet_diag), [`iperf`] (traffic),
 //! [`metrics`] (goodput, Jain's index, harm), [`plots`], [`trace_files`]
 //! (per-ACK traces as Parquet or CSV) and [`vm`] (the 6.1 test VM).
@@ -28,7 +29,10 @@ pub mod metrics;
 pub mod plots;
 pub mod scenario;
 pub mod sockdiag;
-pub mod testbed;
+/// The namespace dumbbell and its path emulators (ccctl-testbed).
+pub use ccctl_testbed as testbed;
+#[cfg(test)]
+mod testbed_tests;
 pub mod trace_files;
 
 /// The test VM (ccctl-vm), where the lab runs when this kernel has no netem.

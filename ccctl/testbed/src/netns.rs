@@ -58,7 +58,7 @@ pub(super) fn next_prefix() -> String {
 }
 
 /// Names of all namespaces in /run/netns.
-pub(super) fn list_netns() -> Vec<String> {
+pub fn list_netns() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(NETNS_DIR)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
@@ -100,9 +100,9 @@ pub(super) fn netns_exists(ns: &str) -> bool {
 /// Identity of a network namespace: `(st_dev, st_ino)` of its nsfs inode,
 /// which both /run/netns/<name> (a bind mount of it) and /proc/<pid>/ns/net
 /// of every process inside stat to.
-pub(super) type NsId = (u64, u64);
+pub type NsId = (u64, u64);
 
-pub(super) fn ns_id(path: &Path) -> Option<NsId> {
+pub fn ns_id(path: &Path) -> Option<NsId> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
@@ -125,8 +125,7 @@ fn pids_in(ids: &[NsId]) -> Vec<i32> {
 }
 
 /// Pids of processes (other than this one) whose network namespace is `ns`.
-#[cfg(test)]
-pub(super) fn netns_pids(ns: &str) -> Vec<i32> {
+pub fn netns_pids(ns: &str) -> Vec<i32> {
     match ns_id(&netns_path(ns)) {
         Some(id) => pids_in(&[id]),
         None => Vec::new(),
@@ -141,7 +140,7 @@ static LIVE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 /// Set by the signal thread: no namespace may be created any more.
 static TERMINATING: AtomicBool = AtomicBool::new(false);
 
-pub(super) fn live() -> MutexGuard<'static, BTreeSet<String>> {
+pub fn live() -> MutexGuard<'static, BTreeSet<String>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -434,9 +433,9 @@ mod tests {
     use std::time::Instant;
 
     const CHILD_ENV: &str = "CCCTL_TESTBED_SIGNAL_CHILD";
-    const CHILD_TEST: &str = "testbed::netns::tests::signal_child";
+    const CHILD_TEST: &str = "netns::tests::signal_child";
 
-    use crate::testbed::host_tests::alive_not_zombie;
+    use crate::host_tests::alive_not_zombie;
 
     /// Not a test by itself: the body of the child process of
     /// `signal_tears_down_everything` and

@@ -340,8 +340,8 @@ pub fn parse_qdisc_stats(json: &str, handle: &str) -> Result<QdiscStats> {
 mod tests {
     use super::super::{Testbed, TestbedConfig};
     use super::*;
-    use crate::testbed::netns::list_netns;
-    use crate::testbed::NS_PREFIX;
+    use crate::netns::list_netns;
+    use crate::NS_PREFIX;
 
     #[test]
     fn burst_formula() {

@@ -490,13 +490,22 @@ pub fn summary_table(sc: &Scenario, plan: &Plan, a: &Analysis) -> String {
         );
         match cal {
             Some(c) => {
+                let paced = if c.paced_bps.is_some() || c.paced_share.is_some() {
+                    format!(
+                        "; paced reference BBR {} Mbit/s = {} %",
+                        opt(c.paced_bps, 1e-6, 2),
+                        opt(c.paced_share, 100.0, 1)
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     out,
-                    "  reference Cubic (2 BDP): {} Mbit/s = {} % of the rate{}",
+                    "  reference Cubic (2 BDP): {} Mbit/s = {} % of the rate{paced}{}",
                     opt(c.reference_bps, 1e-6, 2),
                     opt(c.share, 100.0, 1),
                     if c.testbed_limited {
-                        "  ** TESTBED-LIMITED: below 85 %, results on this link measure the testbed **"
+                        "  ** TESTBED-LIMITED: a reference below 85 %, results on this link measure the testbed **"
                     } else {
                         ""
                     }

@@ -920,7 +920,7 @@ fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
         testbed_limited: limited,
         verdict: verdict.into(),
         reason: if limited {
-            format!("testbed-limited link (reference Cubic < 85 %): {reason}")
+            format!("testbed-limited link (reference Cubic or paced BBR < 85 %): {reason}")
         } else {
             reason
         },
@@ -1010,8 +1010,9 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     }
     let _ = writeln!(
         out,
-        "\nA reference Cubic flow below 85 % of the rate marks that link testbed-limited (the emulated CPU, \
-         not the algorithm); every number below is from the scenario as run.\n"
+        "\nA reference Cubic flow, or the paced reference (the kernel's BBR alone), below 85 % of the rate \
+         marks that link testbed-limited (the testbed, not the algorithm); every number below is from the \
+         scenario as run.\n"
     );
     let _ = writeln!(out, "## Headlines\n");
     let _ = writeln!(

@@ -232,6 +232,7 @@ pub fn run_job(
         }
     }
     let results = running.wait()?;
+    tb.check_gates()?;
     let flow_secs = wall.elapsed().as_secs_f64() - setup_secs;
     let bottleneck = tb.bottleneck_stats().ok();
     let path_usage = PathUsage {

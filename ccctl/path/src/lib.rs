@@ -221,7 +221,9 @@ pub struct PathCpu {
 /// AF_PACKET as rattan drives it, but the socket is closed when the cell
 /// goes (rattan's driver never closes it).
 struct Driver {
-    inner: AfPacketDriver,
+    fd: i32,
+    sender: Arc<AfPacketSender>,
+    receiver: ClosingReceiver,
 }
 
 struct ClosingReceiver {
@@ -255,24 +257,30 @@ impl InterfaceDriver for Driver {
     fn bind_cell(cell: Arc<VethCell>) -> Result<Vec<Self>, rattan_core::metal::error::MetalError> {
         Ok(AfPacketDriver::bind_cell(cell)?
             .into_iter()
-            .map(|inner| Driver { inner })
+            .map(|inner| {
+                let (fd, sender) = (inner.raw_fd(), inner.sender());
+                Driver {
+                    fd,
+                    sender,
+                    receiver: ClosingReceiver {
+                        inner: inner.into_receiver(),
+                        fd,
+                    },
+                }
+            })
             .collect())
     }
     fn raw_fd(&self) -> i32 {
-        self.inner.raw_fd()
+        self.fd
     }
     fn sender(&self) -> Arc<AfPacketSender> {
-        self.inner.sender()
+        self.sender.clone()
     }
     fn receiver(&mut self) -> &mut ClosingReceiver {
-        unreachable!("rattan takes the receiver with into_receiver")
+        &mut self.receiver
     }
     fn into_receiver(self) -> ClosingReceiver {
-        let fd = self.inner.raw_fd();
-        ClosingReceiver {
-            inner: self.inner.into_receiver(),
-            fd,
-        }
+        self.receiver
     }
 }
 

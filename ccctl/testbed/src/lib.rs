@@ -555,6 +555,17 @@ impl Testbed {
         self.path.as_ref().map(PathEmulator::cpu)
     }
 
+    /// Whether every sender gate of the userspace path kept its schedule
+    /// (a gate whose switching failed stops: its runs measured no gate).
+    pub fn check_gates(&self) -> Result<()> {
+        for (i, g) in self.sender_gates.iter().enumerate() {
+            if let Some(why) = g.failure() {
+                return Err(Error::Config(format!("sender gate {i}: {why}")));
+            }
+        }
+        Ok(())
+    }
+
     /// The userspace path emulator itself (None on the qdisc testbed).
     pub fn path_emulator(&self) -> Option<&PathEmulator> {
         self.path.as_ref()

@@ -255,6 +255,8 @@ pub(super) fn next_boundary(gate: &Gate, now: u64) -> (u64, bool) {
 #[derive(Debug)]
 pub(super) struct SenderGate {
     stop: Arc<AtomicBool>,
+    /// Why the thread stopped switching, if it failed.
+    failure: Arc<std::sync::Mutex<Option<String>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -273,7 +275,8 @@ impl SenderGate {
         let ns_file = std::fs::File::open(&ns).map_err(io(format!("opening {}", ns.display())))?;
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let (dev, stop2) = (dev.to_string(), stop.clone());
+        let failure = Arc::new(std::sync::Mutex::new(None));
+        let (dev, stop2, failure2) = (dev.to_string(), stop.clone(), failure.clone());
         let thread = std::thread::Builder::new()
             .name("ccctl-gate".into())
             .spawn(move || {
@@ -321,7 +324,9 @@ impl SenderGate {
                         tc.set(OFF_BYTES_PER_SEC, 1514, false)
                     };
                     if let Err(e) = r {
-                        tracing::warn!(error = %e, "sender gate: switching the tbf failed; the gate stops");
+                        let why = format!("switching the sender's tbf failed: {e}");
+                        tracing::warn!("sender gate: {why}; the gate stops");
+                        *failure2.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
                         return;
                     }
                 }
@@ -330,6 +335,7 @@ impl SenderGate {
         match rx.recv() {
             Ok(Ok(())) => Ok(SenderGate {
                 stop,
+                failure,
                 thread: Some(thread),
             }),
             Ok(Err(e)) => {
@@ -341,6 +347,16 @@ impl SenderGate {
             }
             Err(_) => Err(Error::Config("the sender gate's thread died".into())),
         }
+    }
+}
+
+impl SenderGate {
+    /// Why the gate stopped keeping its schedule, if it did.
+    pub(super) fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

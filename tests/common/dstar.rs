@@ -588,8 +588,12 @@ pub fn dstar_drains_after_min_rtt_timeout(cfg: TestbedConfig, secs: u64, win_ms:
 
 /// Slow start ends on the first loss while the BDP still grows (a buffer
 /// far below the BDP), then DRAIN.
+///
+/// With a loss list on sender 0 (the userspace path) the loss is put where
+/// the BDP still grows: then the exit must be on that loss, in every run.
 pub fn dstar_slow_start_exits_on_loss(cfg: TestbedConfig, secs: u64) {
     let _clean = Clean::new();
+    let forced = cfg.loss_lists.iter().any(|(s, l)| *s == 0 && !l.is_empty());
     let (ev, flows) = traced_dstar_flow(cfg, &[], &[], secs, "ss-loss");
     let exit = ev
         .windows(2)
@@ -618,6 +622,13 @@ pub fn dstar_slow_start_exits_on_loss(cfg: TestbedConfig, secs: u64) {
     // must be exactly the first of them: an implementation that ignored
     // losses in slow start (as the public module does) fails whenever the
     // loss comes first, and one that ended early for no reason fails always.
+    assert!(
+        !forced || first_loss <= exit,
+        "slow start ended at event {} on the BDP before the listed loss (first seen at event \
+         {}): the list must drop a packet while the BDP still grows",
+        exit + 1,
+        first_loss + 1
+    );
     if first_loss <= exit {
         assert_eq!(
             exit, first_loss,
@@ -1187,43 +1198,60 @@ pub fn check_rto_restarts(ev: &[Ev]) -> RtoRestarts {
     r
 }
 
-/// Reading 11 with a forced RTO: a 90 % loss burst of `burst` on the data
-/// path `at` into a traced flow of `secs`. Every RTO restarts slow start,
-/// and no loss from the window before it ends the new one. Whether a
-/// loss is marked inside the Loss state is up to the random loss (the
-/// printout says how many); a deterministic drop list will make it
-/// certain. Reading 3 on every event.
-pub fn dstar_rto_restart_ignores_old_window_losses(
-    cfg: TestbedConfig,
-    secs: u64,
-    at: Duration,
-    burst: Duration,
-) {
+/// Reading 11 with an RTO forced by a loss list on sender 0 (`cfg` has
+/// it; the userspace path): one traced flow of `secs`. The list drops a
+/// whole flight and its tail-loss probe, so no ACK comes back until the
+/// RTO, then packets retransmitted and sent inside the RTO's Loss state,
+/// so losses are marked there. Both must show in the trace in every run:
+/// at least one RTO, and at least one Loss state in which a loss was
+/// marked, which must not end the restarted slow start
+/// ([`check_rto_restarts`] panics if it does). Reading 3 on every event.
+pub fn dstar_rto_restart_ignores_losses_in_its_loss_state(cfg: TestbedConfig, secs: u64) {
     let _clean = Clean::new();
     let (ev, flow) = traced_own_flow(
-        cfg.with_loss(0.0),
+        cfg,
         None,
         (1, Duration::from_secs(secs), Duration::ZERO),
-        |tb| {
-            std::thread::sleep(at);
-            tb.set_loss(0.9).expect("starting the loss burst");
-            std::thread::sleep(burst);
-            tb.set_loss(0.0).expect("ending the loss burst");
-        },
-        "rto",
+        |_| {},
+        "rto-list",
     );
     for (i, e) in ev.iter().enumerate() {
         if let Err(why) = ssthresh_truth(e) {
             panic!("event {i}: {why}: {e:?}");
         }
     }
+    // Around each RTO, for the record: what the sender saw.
+    for i in (1..ev.len()).filter(|&i| ev[i].ca_state == 4 && ev[i - 1].ca_state != 4) {
+        let show: Vec<String> = ev[i.saturating_sub(2)..(i + 25).min(ev.len())]
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:.3}s cwnd {} ca {} lost {} retrans {} deliv {} {}{}",
+                    e.ts_ns as f64 / 1e9,
+                    e.cwnd,
+                    e.ca_state,
+                    e.lost,
+                    e.retrans,
+                    e.delivered,
+                    e.mode,
+                    if e.slow_start { " ss" } else { "" }
+                )
+            })
+            .collect();
+        println!("RTO at event {i}:\n  {}", show.join("\n  "));
+    }
     let r = check_rto_restarts(&ev);
     println!(
-        "dstar RTO restart: {} events, {} bytes, {r:?}",
+        "dstar RTO restart (loss list): {} events, {} bytes, {r:?}",
         ev.len(),
         flow.bytes
     );
-    assert!(r.rtos >= 1, "the loss burst forced no RTO: {r:?}");
+    assert!(r.rtos >= 1, "the loss list forced no RTO: {r:?}");
+    assert!(
+        r.with_old_window_losses >= 1,
+        "no loss was marked inside an RTO's Loss state: the branch reading 11 is about was \
+         not taken: {r:?}"
+    );
 }
 
 /// The checks above have teeth, on made-up events: a DRAIN whose

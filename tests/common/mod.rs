@@ -5,6 +5,7 @@
 pub mod atomic;
 pub mod catalogue;
 pub mod dstar;
+pub mod equivalence;
 pub mod fleet;
 pub mod flows;
 pub mod ipv6;

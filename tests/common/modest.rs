@@ -414,6 +414,9 @@ pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: 
     use super::tracing::{u64s, FlowTrace};
 
     let _clean = Clean::new();
+    // A loss list on the Modest sender forces rounds with a retransmission
+    // inside running searches: then at least one must be judged.
+    let forced_lossy_rounds = cfg.loss_lists.iter().any(|(s, l)| *s == 0 && !l.is_empty());
     ccctl(&[
         "load",
         "modest-bbr",
@@ -513,6 +516,13 @@ pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: 
         sum.steps_up > 0,
         "no step after a clean round was judged: {sum:?}"
     );
+    if forced_lossy_rounds {
+        assert!(
+            sum.steps_down > 0,
+            "the loss list put retransmissions into running searches, yet no step after a \
+             lossy round was judged: {sum:?}"
+        );
+    }
     assert!(
         sum.scaled_pacing_events > 0,
         "the pacing gain was never scaled (eq. 1)"

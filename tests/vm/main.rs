@@ -179,6 +179,10 @@ fn reference_share(rate: u64) -> f64 {
 /// `measure` itself may also report the testbed as limited (`Err`): paced
 /// flows suffer from late timers before a Cubic reference does (one run had
 /// the reference at 91 % and 89 % while BBR flows got 32-62 % of the rate).
+/// Every rate tried, skipped or chosen, is printed in the test's output
+/// (`xtask test` shows it for passing tests too), with a line naming the
+/// rate measured at and every fallback that led there: a run at 10 or 5
+/// Mbit/s never passes unnoticed.
 fn measure_on_a_healthy_link<T>(
     what: &str,
     mut measure: impl FnMut(u64) -> Result<T, String>,
@@ -197,6 +201,13 @@ fn measure_on_a_healthy_link_with<T>(
     for rate in CANDIDATE_RATES_BPS {
         let before = reference_share(rate);
         if before < HEALTHY_SHARE {
+            println!(
+                "{what}: calibration: reference Cubic {:.0} % of {} Mbit/s, below {:.0} %: \
+                 not measuring there",
+                100.0 * before,
+                rate / 1_000_000,
+                100.0 * HEALTHY_SHARE
+            );
             seen.push(format!(
                 "{:.0} % of {} Mbit/s before",
                 100.0 * before,
@@ -204,10 +215,30 @@ fn measure_on_a_healthy_link_with<T>(
             ));
             continue;
         }
+        println!(
+            "{what}: calibration: measuring at {} Mbit/s (reference Cubic {:.0} %)",
+            rate / 1_000_000,
+            100.0 * before
+        );
         let result = measure(rate, before);
         let after = reference_share(rate);
         match result {
-            Ok(r) if after >= HEALTHY_SHARE => return r,
+            Ok(r) if after >= HEALTHY_SHARE => {
+                if rate == CANDIDATE_RATES_BPS[0] {
+                    println!(
+                        "{what}: calibration: measured at {} Mbit/s, the first candidate",
+                        rate / 1_000_000
+                    );
+                } else {
+                    println!(
+                        "{what}: calibration: FELL BACK to {} Mbit/s (not {} Mbit/s: {})",
+                        rate / 1_000_000,
+                        CANDIDATE_RATES_BPS[0] / 1_000_000,
+                        seen.join(", ")
+                    );
+                }
+                return r;
+            }
             Err(why) => {
                 println!(
                     "{what}: testbed-limited during the measurement ({why}); again at a lower rate"
@@ -237,93 +268,6 @@ fn record(name: &str, text: &str) {
     if std::fs::create_dir_all(&dir).is_ok() {
         let _ = std::fs::write(dir.join(name), format!("{text}\n"));
     }
-}
-
-/// Solo, bpf_bbr's throughput is within ±5 % and its mean RTT within ±10 %
-/// of the kernel's bbr on the same link. Each runs four times in ABBA order, so a
-/// drift in the emulator's speed hits both alike.
-#[test]
-fn solo_bpf_bbr_matches_native_bbr() {
-    require_vm();
-    let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
-    let secs = 20;
-    let (rate, runs) = measure_on_a_healthy_link("solo bbr vs bpf_bbr", |rate| {
-        let tb = testbed(equivalence_link(rate, 1));
-        let mut runs: Vec<(&str, FlowResult)> = Vec::new();
-        for cc in [
-            "bbr", "bpf_bbr", "bpf_bbr", "bbr", "bbr", "bpf_bbr", "bpf_bbr", "bbr",
-        ] {
-            let flow = iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))
-                .expect("iperf3");
-            assert_eq!(flow.sender_cc.as_deref(), Some(cc));
-            runs.push((cc, flow));
-        }
-        // Alone on the link, BBR fills it; a native bbr run far below means
-        // the emulator could not keep its pacing timers. Only the reference
-        // judges the testbed (native bbr here, Cubic before and after):
-        // bpf_bbr's own runs never do, a shortfall of theirs fails below.
-        match runs
-            .iter()
-            .filter(|(cc, _)| *cc == "bbr")
-            .map(|(_, r)| r.goodput_bps)
-            .fold(f64::INFINITY, f64::min)
-        {
-            low if low < 0.8 * rate as f64 => {
-                Err(format!("a solo native bbr run got {:.1} Mbit/s", mbit(low)))
-            }
-            _ => Ok((rate, runs)),
-        }
-    });
-    let stat = |cc: &str, f: fn(&FlowResult) -> f64| -> f64 {
-        mean(
-            &runs
-                .iter()
-                .filter(|(c, _)| *c == cc)
-                .map(|(_, r)| f(r))
-                .collect::<Vec<_>>(),
-        )
-    };
-    let tput = |r: &FlowResult| r.goodput_bps;
-    let rtt = |r: &FlowResult| r.mean_rtt_us.unwrap_or(0) as f64 / 1000.0;
-    let retx = |r: &FlowResult| r.retransmits as f64;
-    let (nt, bt) = (stat("bbr", tput), stat("bpf_bbr", tput));
-    let (nr, br) = (stat("bbr", rtt), stat("bpf_bbr", rtt));
-    let (nx, bx) = (stat("bbr", retx), stat("bpf_bbr", retx));
-    let mut text = format!(
-        "solo, {} Mbit/s, {} ms, 1 BDP, {secs} s x4 each (6.1 VM):\n  native bbr: {:.2} Mbit/s, mean RTT {:.1} ms, {:.0} retransmits\n  bpf_bbr:    {:.2} Mbit/s, mean RTT {:.1} ms, {:.0} retransmits\n  ratio bpf/native: throughput {:.3}, mean RTT {:.3}",
-        rate / 1_000_000,
-        RTT.as_millis(),
-        mbit(nt), nr, nx, mbit(bt), br, bx, bt / nt, br / nr
-    );
-    for (cc, r) in &runs {
-        text.push_str(&format!(
-            "\n  run {cc}: {:.2} Mbit/s, {:.1} ms, {} retx",
-            mbit(r.goodput_bps),
-            rtt(r),
-            r.retransmits
-        ));
-    }
-    record("vm-equivalence-solo.txt", &text);
-    assert!(nt > 0.0 && nr > 0.0, "native bbr measured nothing");
-    // Every native run reached 80 % of the rate on this link; so must
-    // every bpf_bbr run (the testbed was healthy for the reference).
-    for (cc, r) in runs.iter().filter(|(cc, _)| *cc == "bpf_bbr") {
-        assert!(
-            r.goodput_bps >= 0.8 * rate as f64,
-            "{cc} got {:.2} Mbit/s, below 80 % of {} Mbit/s where native bbr did not:\n{text}",
-            mbit(r.goodput_bps),
-            rate / 1_000_000
-        );
-    }
-    assert!(
-        (bt / nt - 1.0).abs() <= 0.05,
-        "throughput differs by more than 5 %:\n{text}"
-    );
-    assert!(
-        (br / nr - 1.0).abs() <= 0.10,
-        "mean RTT differs by more than 10 %:\n{text}"
-    );
 }
 
 /// Sharing the link with native bbr, bpf_bbr's mean share over ABBA-ordered
@@ -818,33 +762,6 @@ mod modest {
         assert_carries("modest_bbr", rate as f64, &flow, &seen, 0.5);
     }
 
-    /// Sec. III-B's Proportion <= W_max, from the trace: W_max 0.8 (W_min
-    /// 0.5) on 10 Mbit/s, 40 ms, a 0.25 BDP buffer beside Cubic, 15 s.
-    #[test]
-    fn w_max_bounds_the_searched_window_and_pacing() {
-        require_vm();
-        let rate = 10_000_000;
-        crate::common::modest_wmax::w_max_bounds_the_search(
-            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500)).with_rtts(&[RTT, RTT]),
-            15,
-        );
-    }
-
-    /// Alg. 1 read from modest_bbr's per-ACK trace: 10 Mbit/s, 40 ms,
-    /// a 0.25 BDP buffer, beside a Cubic flow; W_min 0.6 at load, 0.5 tuned
-    /// mid-flow. At 40 ms BBR's in-flight window is some 35 packets, so the
-    /// two W_min give different bounds (see the function).
-    #[test]
-    fn search_follows_alg1_and_a_tuned_w_min_reaches_the_flow() {
-        require_vm();
-        let rate = 10_000_000;
-        modest::modest_search_follows_alg1(
-            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500)).with_rtts(&[RTT, RTT]),
-            20,
-            20,
-        );
-    }
-
     /// No pinning (issue 13): a lone modest_bbr flow whose data path drops
     /// 15 % of its packets for 1 s, 2 s into the flow (in PROBE_BW: the
     /// loss starts searches, and every retransmission in the linear phase
@@ -1087,29 +1004,6 @@ mod patched {
         );
     }
 
-    /// Ungated in the emulator, with its own stalls left out (stall_filter):
-    /// Pseudocode 2 holds and the mean Θ after a 5 s warm-up is at least 0.9.
-    #[test]
-    fn patched_bbr_theta_stays_near_one_ungated() {
-        require_vm();
-        let _clean = Clean::new();
-        let rate = 10_000_000;
-        let tb =
-            testbed(TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500)).with_rtts(&[RTT]));
-        let sum = patched::pseudocode2_from_trace(
-            &tb,
-            20,
-            Duration::from_secs(5),
-            &["--stall-filter", "1"],
-            Rule::DEFAULT,
-        );
-        assert!(
-            sum.mean_theta >= 0.9,
-            "mean Θ {:.3} ungated",
-            sum.mean_theta
-        );
-    }
-
     #[test]
     fn patched_bbr_parameters() {
         require_vm();
@@ -1191,46 +1085,6 @@ mod dstar {
     fn dstar_trace_follows_fig1() {
         require_vm();
         dstar::dstar_trace_follows_fig1(link(1.0), 15);
-    }
-
-    /// 300 ms min-RTT window; at 40 ms a cycle is 3 RTTs, so most GAIN 2
-    /// ends after the first 300 ms without a new minimum find it expired.
-    #[test]
-    fn dstar_drains_after_a_min_rtt_timeout() {
-        require_vm();
-        dstar::dstar_drains_after_min_rtt_timeout(link(1.0), 10, 300);
-    }
-
-    /// A 5-packet buffer on a 67-packet BDP: slow start's 1.5x windows
-    /// overflow it on the way up, before the BDP stops growing.
-    #[test]
-    fn dstar_slow_start_exits_on_loss() {
-        require_vm();
-        dstar::dstar_slow_start_exits_on_loss(
-            TestbedConfig::new(RATE, 5 * 1514).with_rtts(&[RTT]),
-            8,
-        );
-    }
-
-    /// Reading 9 at 40 ms: 3 s bursts (slow start to a 67-packet BDP takes
-    /// about 1 s), 1.5 s idle (RTO about 250 ms).
-    #[test]
-    fn dstar_idle_restart_follows_the_sysctl() {
-        require_vm();
-        dstar::dstar_idle_restart_follows_the_sysctl(|| link(1.0), Duration::from_secs(3));
-    }
-
-    /// Reading 11: a 1.5 s burst of 90 % loss 3 s into an 8 s flow forces
-    /// RTOs; no loss of the window before one ends its slow start.
-    #[test]
-    fn dstar_rto_restart_ignores_old_window_losses() {
-        require_vm();
-        dstar::dstar_rto_restart_ignores_old_window_losses(
-            link(1.0),
-            8,
-            Duration::from_secs(3),
-            Duration::from_millis(1500),
-        );
     }
 
     #[test]

@@ -447,6 +447,21 @@ fn params_of(c: &Ccctl, algo: &str) -> Result<BTreeMap<String, String>> {
         .collect())
 }
 
+/// Network namespaces a (dead) ccctl process `pid` made (`ccctl-<pid>-*`).
+fn namespaces_of(pid: u32) -> Result<Vec<String>> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .context("ip netns list")?;
+    let prefix = format!("ccctl-{pid}-");
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&prefix))
+        .map(str::to_string)
+        .collect())
+}
+
 /// After a kill: the next command succeeds and the state is consistent.
 /// Returns the repairs it reported.
 fn check_consistent(
@@ -547,7 +562,7 @@ fn kill(c: &Ccctl, trials: u32, only: &[Killed]) -> Result<Vec<String>> {
                 "--rate",
                 "10mbit",
                 "--rtt",
-                "0ms",
+                "10ms",
                 "--buffer",
                 "100pkt",
                 "--duration",
@@ -610,10 +625,20 @@ fn kill(c: &Ccctl, trials: u32, only: &[Killed]) -> Result<Vec<String>> {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()?;
+            let child_pid = child.id();
             std::thread::sleep(at);
             let _ = child.kill(); // SIGKILL
             let _ = child.wait();
-            match check_consistent(c, &algos)? {
+            let consistent_now = check_consistent(c, &algos)?;
+            // A killed lab run's testbed (namespaces, their veths and the
+            // path emulator's sockets) is gone once the next command ran.
+            let left = namespaces_of(child_pid)?;
+            if !left.is_empty() {
+                failures.push(format!(
+                    "{label} killed at {at:?} (trial {t}): namespaces left after the next command: {left:?}"
+                ));
+            }
+            match consistent_now {
                 Ok(r) => {
                     repairs += r;
                     let mut ok = true;

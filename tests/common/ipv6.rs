@@ -222,15 +222,18 @@ pub fn lab_runs_over_ipv6(where_: &str, rate: &str, rate_bps: f64) {
     assert!(!registered("bpf_bbr"), "the lab unloads what it loaded");
     let meta = metadata(&dir);
     assert_eq!(meta["status"], "complete");
-    assert_eq!(meta["planned_runs"], 2, "calibration and main");
+    assert_eq!(
+        meta["planned_runs"], 3,
+        "calibration (Cubic, then the paced reference) and main"
+    );
     let scenario = std::fs::read_to_string(dir.join("scenario.toml")).expect("scenario.toml");
     assert!(scenario.contains("ip = \"v6\""), "{scenario}");
 
-    // Complete: both flows of the main run and the calibration flow sampled
+    // Complete: both flows of the main run and the calibration flows sampled
     // all along, every summary goodput recomputed from the samples.
     let samples = read_parquet(&dir.join("samples.parquet"));
     let (run_id, flow) = (f64s(&samples, "run_id"), f64s(&samples, "flow"));
-    for key in [(0.0, 0.0), (1.0, 0.0), (1.0, 1.0)] {
+    for key in [(0.0, 0.0), (1.0, 0.0), (2.0, 0.0), (2.0, 1.0)] {
         let n = (0..samples.height())
             .filter(|&i| (run_id[i], flow[i]) == (Some(key.0), Some(key.1)))
             .count();
@@ -255,7 +258,7 @@ pub fn lab_runs_over_ipv6(where_: &str, rate: &str, rate_bps: f64) {
     // Events of the sender's socket, and of the receiver's (iperf3 sets the
     // algorithm on both ends; the receiver's sees ACKs too): all between
     // the two IPv6 addresses.
-    let trace = read_parquet(&dir.join("traces/run-001.parquet"));
+    let trace = read_parquet(&dir.join("traces/run-002.parquet"));
     let (saddr, daddr, family) = (
         strs(&trace, "saddr"),
         strs(&trace, "daddr"),

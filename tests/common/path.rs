@@ -306,3 +306,85 @@ pub fn only_our_addresses(v6: bool) {
     );
     assert!(seen.iter().any(|a| !a.is_loopback()), "no address at all");
 }
+
+/// (transmitted, received) of a ping flood of `count` from sender 0, 64
+/// requests in flight.
+fn ping_flood(tb: &Testbed, count: u32) -> (u64, u64) {
+    let dst = tb.receiver_addr().to_string();
+    let out = tb
+        .exec(
+            Role::Sender(0),
+            &[
+                "ping",
+                "-n",
+                "-q",
+                "-f",
+                "-l",
+                "64",
+                "-W",
+                "1",
+                "-c",
+                &count.to_string(),
+                &dst,
+            ],
+        )
+        .or_else(|e| match e {
+            // ping exits 1 when replies are missing: its summary is there.
+            ccctl_lab::testbed::Error::Command { stderr, .. } => Err(stderr),
+            other => Err(other.to_string()),
+        });
+    let text = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Err(e) => e,
+    };
+    let line = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_else(|| panic!("no ping summary: {text}"));
+    let num = |word: &str| -> u64 {
+        line.split(',')
+            .find(|p| p.contains(word))
+            .and_then(|p| p.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no `{word}` in {line:?}"))
+    };
+    (num("transmitted"), num("received"))
+}
+
+/// Random loss drops its share of the data path's packets (a ping flood's
+/// requests: 20000 of them, so 2 % is known to +-0.1 %, one standard
+/// deviation; the band is three), exactly the packets the emulator counts,
+/// changes while traffic runs (`set_loss`), and stops at 0.
+pub fn random_loss_follows_its_probability_and_changes_live() {
+    let rate = 100_000_000u64;
+    let rtt = Duration::from_millis(10);
+    let tb = testbed(
+        TestbedConfig::new(rate, buffer_bdp(rate, rtt, 2.0, 1500))
+            .with_rtts(&[rtt])
+            .with_loss(0.02)
+            .userspace(),
+    );
+    let (sent, got) = ping_flood(&tb, 20_000);
+    let st = tb.path_stats().expect("a userspace path");
+    let share = (sent - got) as f64 / sent as f64;
+    tb.set_loss(0.0).expect("set_loss");
+    let (sent0, got0) = ping_flood(&tb, 5_000);
+    let st0 = tb.path_stats().expect("a userspace path");
+    println!(
+        "loss 0.02: {} of {sent} requests lost ({:.2} %), the emulator dropped {}; after set_loss(0): {} of {sent0} lost, {} more drops",
+        sent - got,
+        100.0 * share,
+        st.random_losses,
+        sent0 - got0,
+        st0.random_losses - st.random_losses
+    );
+    assert!((0.017..0.023).contains(&share), "lost {share:.4} for 0.02");
+    assert_eq!(st.dropped, 0, "the queue dropped too: the test's premise");
+    assert_eq!(
+        st.random_losses,
+        sent - got,
+        "the emulator's count of its drops"
+    );
+    assert_eq!(got0, sent0, "losses after set_loss(0)");
+    assert_eq!(st0.random_losses, st.random_losses);
+    assert!(tb.set_loss(1.0).is_err(), "a probability of 1 is refused");
+}

@@ -126,23 +126,27 @@ pub fn shards_merge_into_the_unsharded_run_and_mismatches_are_refused() {
         })
         .collect();
     println!("shards ran {shard_runs:?}");
-    // Calibration (run 0) with every shard, every other run exactly once.
+    // Calibration (runs 0 and 1: Cubic, the paced reference) with every
+    // shard, every other run exactly once.
     for runs in &shard_runs {
-        assert!(runs.contains(&0), "calibration travels with each shard");
+        assert!(
+            runs.contains(&0) && runs.contains(&1),
+            "calibration travels with each shard"
+        );
     }
     let mut others: Vec<u64> = shard_runs
         .iter()
         .flatten()
         .copied()
-        .filter(|&r| r != 0)
+        .filter(|&r| r > 1)
         .collect();
     others.sort_unstable();
-    assert_eq!(others, [1, 2, 3, 4, 5], "each non-calibration run once");
-    // The main run (1) and at least one of its baselines are on different
+    assert_eq!(others, [2, 3, 4, 5, 6], "each non-calibration run once");
+    // The main run (2) and at least one of its baselines are on different
     // shards: harm below can only come from the merge joining them.
     let shard_of = |run: u64| shard_runs.iter().position(|r| r.contains(&run));
     assert!(
-        (2..=5).any(|b| shard_of(b) != shard_of(1)),
+        (3..=6).any(|b| shard_of(b) != shard_of(2)),
         "all baselines with the main run: {shard_runs:?}"
     );
 
@@ -191,18 +195,18 @@ pub fn shards_merge_into_the_unsharded_run_and_mismatches_are_refused() {
     // The per-ACK traces, copied from the shards that took them.
     let traces = files_in(&merged.join("traces"));
     assert_eq!(traces, files_in(&whole_dir.join("traces")));
-    assert!(traces.contains("run-001.parquet"), "{traces:?}");
-    assert!(read_parquet(&merged.join("traces/run-001.parquet")).height() > 100);
+    assert!(traces.contains("run-002.parquet"), "{traces:?}");
+    assert!(read_parquet(&merged.join("traces/run-002.parquet")).height() > 100);
     let meta = metadata(&merged);
     assert_eq!(meta["status"], "complete");
-    assert_eq!(meta["planned_runs"], 6);
+    assert_eq!(meta["planned_runs"], 7);
     let ids: Vec<u64> = meta["runs"]
         .as_array()
         .expect("runs")
         .iter()
         .filter_map(|r| r["run_id"].as_u64())
         .collect();
-    assert_eq!(ids, [0, 1, 2, 3, 4, 5], "exactly the planned runs");
+    assert_eq!(ids, [0, 1, 2, 3, 4, 5, 6], "exactly the planned runs");
     assert_eq!(meta["shards"].as_array().map(Vec::len), Some(3));
     let s_merged = read_parquet(&merged.join("summary.parquet"));
     let s_whole = read_parquet(&whole_dir.join("summary.parquet"));

@@ -414,8 +414,8 @@ mod lab {
         assert_eq!(meta["status"], "complete");
         assert_eq!(meta["ran_on"], "host");
         assert_eq!(
-            meta["planned_runs"], 6,
-            "calibration, main, 2 solo, 2 same-cc"
+            meta["planned_runs"], 7,
+            "calibration (Cubic, then the paced reference), main, 2 solo, 2 same-cc"
         );
         assert_eq!(meta["loaded_for_run"][0], "bbr");
 
@@ -440,15 +440,15 @@ mod lab {
         println!("goodputs recomputed from samples.parquet: {g:?}");
 
         // Our algorithm's flows were traced per ACK and plotted.
-        let trace = dir.join("traces/run-001.parquet");
+        let trace = dir.join("traces/run-002.parquet");
         assert!(
             read_parquet(&trace).height() > 100,
             "per-ACK trace of the main run"
         );
-        assert_eq!(meta["runs"][1]["trace"], "traces/run-001.parquet");
+        assert_eq!(meta["runs"][2]["trace"], "traces/run-002.parquet");
         assert!(
-            dir.join("plots/run-001-per-ack.png").is_file()
-                && dir.join("plots/run-001-per-ack.svg").is_file()
+            dir.join("plots/run-002-per-ack.png").is_file()
+                && dir.join("plots/run-002-per-ack.svg").is_file()
         );
 
         let samples = read_parquet(&dir.join("samples.parquet"));
@@ -759,8 +759,54 @@ mod path {
     }
 
     #[test]
+    fn random_loss_follows_its_probability_and_changes_live() {
+        path::random_loss_follows_its_probability_and_changes_live();
+    }
+
+    #[test]
     fn only_our_addresses_ipv4_and_ipv6() {
         path::only_our_addresses(false);
         path::only_our_addresses(true);
+    }
+}
+
+/// patched_bbr's Θ against the sender gate's ground truth, on this kernel's
+/// userspace path (real timers): 20 Mbit/s, 40 ms, 1 BDP, the gate aligned
+/// to CLOCK_TAI multiples of On + Off (`path::sender_gate_...` checks it).
+mod patched_host {
+    use crate::common::{
+        patched::{self, LEVELS},
+        Clean,
+    };
+
+    /// Θ within ±0.1 of On/(On+Off) at Little, Medium and Heavy (a wrong
+    /// Θ fails: Little and Medium are 0.25 apart, Heavy 0.375 from Medium).
+    #[test]
+    fn patched_theta_matches_the_gate_at_every_level() {
+        let _clean = Clean::new();
+        let mut got = Vec::new();
+        for (name, on, off) in LEVELS {
+            let truth = on as f64 / (on + off) as f64;
+            let sum = patched::theta_behind_gate(Some((on, off)));
+            println!(
+                "{name} (On {on} / Off {off} ms): Θ {:.3}, gate {truth:.3}",
+                sum.mean_theta
+            );
+            got.push((name, sum.mean_theta, truth));
+        }
+        for (name, theta, truth) in got {
+            assert!(
+                (theta - truth).abs() <= 0.1,
+                "{name}: Θ {theta:.3} against the gate's {truth:.3}"
+            );
+        }
+    }
+
+    /// Ungated (no stall filter), Θ stays at or above 0.95.
+    #[test]
+    fn patched_theta_ungated_is_near_one() {
+        let _clean = Clean::new();
+        let sum = patched::theta_behind_gate(None);
+        assert!(sum.mean_theta >= 0.95, "ungated Θ {:.3}", sum.mean_theta);
     }
 }

@@ -1030,7 +1030,7 @@ impl Testbed {
         let mut rx = base(Role::Receiver);
         no_dad(&mut rx, RECEIVER_DEV);
         rx.up.push(RECEIVER_DEV.into());
-        if c.has_data_path_netem() {
+        if c.has_data_path_netem() && !userspace {
             rx.up.push(IFB_DEV.into());
         }
         if c.disable_offloads || userspace {

@@ -328,10 +328,10 @@ fn ping_flood(tb: &Testbed, count: u32) -> (u64, u64) {
                 &dst,
             ],
         )
-        .or_else(|e| match e {
+        .map_err(|e| match e {
             // ping exits 1 when replies are missing: its summary is there.
-            ccctl_lab::testbed::Error::Command { stderr, .. } => Err(stderr),
-            other => Err(other.to_string()),
+            ccctl_lab::testbed::Error::Command { stderr, .. } => stderr,
+            other => other.to_string(),
         });
     let text = match out {
         Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),

@@ -366,15 +366,154 @@ mod modest {
             15,
         );
     }
+    /// No pinning: a lone modest_bbr flow whose data path drops 15 % of
+    /// its packets for 1 s, 2 s into the flow (in PROBE_BW: the loss
+    /// starts searches, and every retransmission in the linear phase
+    /// starts the next from the smaller window then), is back to >= 90 %
+    /// of the link in the 10 s after the burst: the median of the
+    /// per-second acknowledged rates over seconds 5-10 after it (the
+    /// median, because BBR's own PROBE_RTT cuts one second in ten). "The
+    /// link" is what a Cubic flow carries on the same path just before
+    /// (its premise: at least 90 % of the rate). 20 Mbit/s, 40 ms, 1 BDP,
+    /// the host path's random loss switched by `set_loss`. A design whose
+    /// linear phase stops at last_cwnd for good fails it.
+    #[test]
+    fn a_lone_flow_is_back_to_the_link_after_an_early_loss_burst_at_40ms() {
+        use crate::common::{ccctl, flows, Clean};
+        let _clean = Clean::new();
+        let rate = 20_000_000;
+        let cfg = || {
+            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500))
+                .with_rtts(&[RTT])
+                .with_loss(0.0)
+                .userspace()
+        };
+        let tb = flows::testbed(cfg());
+        let reference = ccctl_lab::iperf::run_flow(
+            &tb,
+            &ccctl_lab::iperf::FlowSpec::new(0, "cubic", Duration::from_secs(8)),
+        )
+        .expect("reference flow")
+        .goodput_bps;
+        drop(tb);
+        assert!(
+            reference >= 0.9 * rate as f64,
+            "the reference Cubic flow carried {:.1} of {} Mbit/s: the path, not Modest",
+            reference / 1e6,
+            rate / 1_000_000
+        );
+        ccctl(&["load", "modest-bbr"]).ok();
+        let r = modest::lone_flow_through_a_loss_burst(
+            "modest_bbr",
+            cfg(),
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            0.15,
+        );
+        let back = r.median_bps(modest::RECOVERY_SECS - 5, modest::RECOVERY_SECS);
+        println!(
+            "modest_bbr, 20 Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} before a {:.1} s burst of 15 % loss, {} retransmits in it; per second after: {:?}; median of seconds 5-10 {:.1} Mbit/s = {:.0} % of the link",
+            reference / 1e6,
+            r.before_bps / 1e6,
+            r.burst_secs,
+            r.retrans_in_burst,
+            r.per_second_bps.iter().map(|b| (b / 1e5).round() / 10.0).collect::<Vec<_>>(),
+            back / 1e6,
+            100.0 * back / reference
+        );
+        assert!(r.retrans_in_burst > 0, "the burst forced no retransmission");
+        assert!(
+            back >= 0.9 * reference,
+            "pinned: a median {:.1} Mbit/s over seconds 5-10 after the burst, below 90 % of the {:.1} Mbit/s the link carries",
+            back / 1e6,
+            reference / 1e6
+        );
+    }
 }
 
-/// `ccctl lab` on the host. Its kernel has no netem, so these use a zero
-/// base RTT (or check that a non-zero one is refused with `--where host`);
-/// the delay experiments run in the VM tests.
+/// `ccctl lab` on the host, on the userspace path emulator.
 mod lab {
     use std::fs;
 
     use super::common::{ccctl, lab::*, registered, snapshot, tempdir, Clean};
+
+    const INTERRUPTIBLE: &[&str] = &[
+        "--rate",
+        "10mbit",
+        "--rtt",
+        "20ms",
+        "--buffer",
+        "1bdp",
+        "--flows",
+        "cubic:1, bpf_bbr:1",
+        "--duration",
+        "60s",
+        "--no-baselines",
+    ];
+
+    /// Ctrl-C in the middle of a run on the userspace path: flows stopped,
+    /// the emulator and the testbed gone, our algorithm unloaded, exit
+    /// 130, the run directory says `interrupted`.
+    #[test]
+    fn lab_interrupted_leaves_nothing_behind() {
+        let _clean = Clean::new();
+        let out = tempdir("lab-host-interrupt");
+        let mut child = lab_spawn(&out, INTERRUPTIBLE);
+        wait_until_flows_run(&child, Some("bpf_bbr"));
+        let pid = child.id();
+        ccctl_sys::signals::kill(pid, rustix::process::Signal::INT);
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(130), "exit status {status}");
+        assert_nothing_left(pid, "bpf_bbr", "bbr");
+        let dir = run_dir_in(&out).expect("run directory");
+        let status = metadata(&dir)["status"].as_str().unwrap_or("").to_string();
+        assert!(status.starts_with("interrupted"), "status {status}");
+    }
+
+    /// A lab killed outright (SIGKILL: no cleanup at all; the emulator's
+    /// threads die with it) leaves its testbed and its algorithm; the next
+    /// `ccctl lab run` removes both first.
+    #[test]
+    fn lab_crash_is_cleaned_up_by_the_next_start() {
+        let _clean = Clean::new();
+        let out = tempdir("lab-host-crash");
+        let mut child = lab_spawn(&out, INTERRUPTIBLE);
+        wait_until_flows_run(&child, Some("bpf_bbr"));
+        let pid = child.id();
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        assert!(
+            !namespaces_of(pid).is_empty(),
+            "SIGKILL should leave the namespaces (else this test proves nothing)"
+        );
+        assert!(registered("bpf_bbr"));
+        let (run, _out, _dir) = lab_run(
+            "host-after-crash",
+            &[
+                "--rate",
+                "10mbit",
+                "--rtt",
+                "10ms",
+                "--buffer",
+                "1bdp",
+                "--flows",
+                "cubic",
+                "--duration",
+                "4s",
+                "--warmup",
+                "1s",
+                "--no-baselines",
+            ],
+        );
+        run.ok();
+        wait_for(
+            "stale iperf3 to exit",
+            std::time::Duration::from_secs(10),
+            || iperf3_pids().is_empty(),
+        );
+        assert_nothing_left(pid, "bpf_bbr", "bbr");
+        let _ = ccctl(&["status"]);
+    }
 
     /// The whole pipeline: calibration, main run, solo and same-cc
     /// baselines, metrics, Parquet, plots; ours loaded for the run only.

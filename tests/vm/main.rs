@@ -546,9 +546,7 @@ fn probe_rtt_samples_do_not_become_btl_bw() {
 
 /// `ccctl lab` where netem exists.
 mod lab {
-    use std::time::Duration;
-
-    use super::common::{ccctl, lab::*, registered, Clean};
+    use super::common::{lab::*, Clean};
     use super::require_vm;
 
     /// One Cubic flow gets the link (goodput within 10 % of the rate, min RTT
@@ -645,82 +643,6 @@ mod lab {
         );
         assert!(jfi >= 0.75, "two Cubic flows: JFI {jfi:.3}, one starved");
     }
-
-    const INTERRUPTIBLE: &[&str] = &[
-        "--rate",
-        "10mbit",
-        "--rtt",
-        "20ms",
-        "--buffer",
-        "1bdp",
-        "--flows",
-        "cubic:1, bpf_bbr:1",
-        "--duration",
-        "60s",
-        "--no-baselines",
-    ];
-
-    /// Ctrl-C in the middle of a run: flows stopped, testbed gone, our
-    /// algorithm unloaded, exit 130, the run directory says `interrupted`.
-    #[test]
-    fn lab_interrupted_leaves_nothing_behind() {
-        require_vm();
-        let _clean = Clean::new();
-        let out = super::common::tempdir("lab-vm-interrupt");
-        let mut child = lab_spawn(&out, INTERRUPTIBLE);
-        wait_until_flows_run(&child, Some("bpf_bbr"));
-        let pid = child.id();
-        ccctl_sys::signals::kill(pid, rustix::process::Signal::INT);
-        let status = child.wait().expect("wait");
-        assert_eq!(status.code(), Some(130), "exit status {status}");
-        assert_nothing_left(pid, "bpf_bbr", "bbr");
-        let dir = run_dir_in(&out).expect("run directory");
-        let status = metadata(&dir)["status"].as_str().unwrap_or("").to_string();
-        assert!(status.starts_with("interrupted"), "status {status}");
-    }
-
-    /// A lab killed outright (SIGKILL: no cleanup at all) leaves its testbed
-    /// and its algorithm; the next `ccctl lab run` removes both first.
-    #[test]
-    fn lab_crash_is_cleaned_up_by_the_next_start() {
-        require_vm();
-        let _clean = Clean::new();
-        let out = super::common::tempdir("lab-vm-crash");
-        let mut child = lab_spawn(&out, INTERRUPTIBLE);
-        wait_until_flows_run(&child, Some("bpf_bbr"));
-        let pid = child.id();
-        child.kill().expect("SIGKILL");
-        child.wait().expect("wait");
-        assert!(
-            !namespaces_of(pid).is_empty(),
-            "SIGKILL should leave the namespaces (else this test proves nothing)"
-        );
-        assert!(registered("bpf_bbr"));
-        let (run, _out, _dir) = lab_run(
-            "vm-after-crash",
-            &[
-                "--rate",
-                "10mbit",
-                "--rtt",
-                "10ms",
-                "--buffer",
-                "1bdp",
-                "--flows",
-                "cubic",
-                "--duration",
-                "4s",
-                "--warmup",
-                "1s",
-                "--no-baselines",
-            ],
-        );
-        run.ok();
-        wait_for("stale iperf3 to exit", Duration::from_secs(10), || {
-            iperf3_pids().is_empty()
-        });
-        assert_nothing_left(pid, "bpf_bbr", "bbr");
-        let _ = ccctl(&["status"]);
-    }
 }
 
 /// Per-ACK tracing on 6.1 (no struct_ops links, 2-argument cong_control).
@@ -760,71 +682,6 @@ mod modest {
             Ok((rate, flow, seen))
         });
         assert_carries("modest_bbr", rate as f64, &flow, &seen, 0.5);
-    }
-
-    /// No pinning (issue 13): a lone modest_bbr flow whose data path drops
-    /// 15 % of its packets for 1 s, 2 s into the flow (in PROBE_BW: the
-    /// loss starts searches, and every retransmission in the linear phase
-    /// starts the next from the smaller window then), is back to >= 90 % of
-    /// the link in the 10 s after the burst: the median of the per-second
-    /// acknowledged rates over seconds 5-10 after it, from the socket's
-    /// bytes_acked (the median, because BBR's own PROBE_RTT cuts one second
-    /// in ten: a VM run read 19.2, 19.1, 19.4, 19.2, 14.4 Mbit/s there and
-    /// failed a mean over seconds 8-10 at 89 %). "The link"
-    /// is what the reference Cubic flow carried just before (at least 85 %
-    /// of the rate, see `measure_on_a_healthy_link`). 40 ms, 1 BDP buffer.
-    /// A design whose linear phase stops at last_cwnd for good fails it
-    /// (README, "No pinning").
-    #[test]
-    fn a_lone_flow_is_back_to_the_link_after_an_early_loss_burst() {
-        require_vm();
-        let _clean = Clean::new();
-        ccctl(&["load", "modest-bbr"]).ok();
-        let (rate, link_bps, r) =
-            measure_on_a_healthy_link_with("modest_bbr loss burst", |rate, reference| {
-                let cfg = TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500))
-                    .with_rtts(&[RTT])
-                    .with_loss(0.0);
-                let r = modest::lone_flow_through_a_loss_burst(
-                    "modest_bbr",
-                    cfg,
-                    Duration::from_secs(2),
-                    Duration::from_secs(1),
-                    0.15,
-                );
-                Ok((rate, reference * rate as f64, r))
-            });
-        let back = r.median_bps(modest::RECOVERY_SECS - 5, modest::RECOVERY_SECS);
-        let per_s: Vec<String> = r
-            .per_second_bps
-            .iter()
-            .map(|b| format!("{:.1}", mbit(*b)))
-            .collect();
-        record(
-            "modest_loss_burst.txt",
-            &format!(
-                "modest_bbr, {} Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} Mbit/s before a {:.1} s burst of 15 % loss, \
-                 {} retransmits in it, cwnd down to {} pkt; after it, per second: [{}] Mbit/s; \
-                 first second at 90 % of the link: {:?}; median of seconds 5-10: {:.1} Mbit/s = {:.0} % of the link",
-                rate / 1_000_000,
-                mbit(link_bps),
-                mbit(r.before_bps),
-                r.burst_secs,
-                r.retrans_in_burst,
-                r.min_cwnd_after,
-                per_s.join(", "),
-                r.first_second_at(0.9 * link_bps),
-                mbit(back),
-                100.0 * back / link_bps
-            ),
-        );
-        assert!(r.retrans_in_burst > 0, "the burst forced no retransmission");
-        assert!(
-            back >= 0.9 * link_bps,
-            "pinned: a median {:.1} Mbit/s over seconds 5-10 after the burst, below 90 % of the {:.1} Mbit/s the link carries",
-            mbit(back),
-            mbit(link_bps)
-        );
     }
 
     /// Spurious losses do not hold Modest BBR down (departure 10, issue 13):

@@ -1,8 +1,9 @@
 //! `cargo xtask reproduce [NAME...] [--quick]`: every seed's headline result
 //! re-measured, side by side with the paper.
 //!
-//! Runs each scenario of `scenarios/seeds/` with `ccctl lab run` (which goes
-//! into the 6.1 VM by itself when this kernel has no netem) into
+//! Runs each scenario of `scenarios/seeds/` with `ccctl lab run` (on this
+//! kernel with the userspace path emulator; in the 6.1 VM only for a
+//! scenario that asks for `kernel = "6.1"`) into
 //! `results/reproduction-<UTC time>/<name>/`, then has `ccctl lab
 //! reproduction report` compute every headline from those Parquet files
 //! into `REPORT.md`. The suite and headline tables live in

@@ -10,7 +10,7 @@
 //!
 //! ```text
 //!   data:  left{i} ─[gate_up{i}]─┐
-//!                                ├─ bottleneck (rate, queue) ─ loss ─ right
+//!                                ├─ bottleneck (rate, queue) ─[loss]─ right
 //!          left{j} ──────────────┘
 //!   ACKs:  right ─[ack_rate]─ demux ─┬─ ack_delay{i} ─[gate_dn{i}]─ left{i}
 //!                                    └─ ack_delay{j} ─ left{j}
@@ -23,7 +23,8 @@
 //!   rate from the trace, which starts when the path does.
 //! * `loss`: random loss with a seeded generator and the deterministic
 //!   loss lists ([`cells::Loss`]), after the bottleneck as the qdisc
-//!   testbed's netem loss is.
+//!   testbed's netem loss is; only when asked for (each cell is one more
+//!   forwarding task per packet).
 //! * `ack_delay{i}`: rattan's `DelayCell` with sender i's whole base RTT,
 //!   on its ACK path, so flows of different RTT share one bottleneck
 //!   (as the qdisc testbed puts its netem on `to_sN`).
@@ -125,8 +126,11 @@ pub struct PathSpec {
     pub queue: QueueKind,
     pub limit: QueueLimit,
     pub mtu: u32,
-    /// Random loss probability on the data path, [0, 1).
-    pub loss: f64,
+    /// Random loss probability on the data path, [0, 1). `Some` (0.0
+    /// included) builds the loss cell, so [`PathEmulator::set_loss`] can
+    /// change it while flows run; `None` with no loss list: no loss cell
+    /// (one forwarding hop less per packet).
+    pub loss: Option<f64>,
     pub loss_lists: Vec<LossList>,
     /// Seed of the random loss.
     pub seed: u64,
@@ -158,8 +162,10 @@ impl PathSpec {
                 ));
             }
         }
-        if !(0.0..1.0).contains(&self.loss) {
-            return bad(format!("loss probability {} not in [0, 1)", self.loss));
+        if let Some(p) = self.loss {
+            if !(0.0..1.0).contains(&p) {
+                return bad(format!("loss probability {p} not in [0, 1)"));
+            }
         }
         if self.limit.bytes == Some(0) || self.limit.packets == Some(0) {
             return bad("queue limit 0: the queue must hold at least one packet".into());
@@ -302,6 +308,7 @@ pub struct PathEmulator {
     runtime_thread: Option<JoinHandle<()>>,
     rt_cancel: CancellationToken,
     shared: Shared,
+    has_loss_cell: bool,
     tids: Arc<Mutex<Vec<i32>>>,
     /// The veth ends the AF_PACKET cells are bound to, with their peers
     /// (rattan holds weak references to the peers).
@@ -429,9 +436,10 @@ impl PathEmulator {
             runtime_thread: Some(runtime_thread),
             rt_cancel: rt_cancel.clone(),
             shared: Shared {
-                probability: Arc::new(AtomicU64::new(spec.loss.to_bits())),
+                probability: Arc::new(AtomicU64::new(spec.loss.unwrap_or(0.0).to_bits())),
                 ..Shared::default()
             },
+            has_loss_cell: spec.loss.is_some() || !spec.loss_lists.is_empty(),
             tids,
             _veths: Vec::new(),
         };
@@ -512,18 +520,22 @@ fn build(
             BwCell::new(Bandwidth::from_bps(rate), bottleneck, BwType::NetworkLayer)
         })
         .map_err(rattan("building the bottleneck"))?;
-    let (prob, lists, seed, lc) = (
-        shared.probability.clone(),
-        spec.loss_lists.clone(),
-        spec.seed,
-        shared.loss.clone(),
-    );
-    core.build_cell("loss".into(), move |_| {
-        Ok(cells::Loss::new(prob, &lists, seed, lc))
-    })
-    .map_err(rattan("building the loss cell"))?;
-    core.link_cell("bottleneck".into(), "loss".into());
-    core.link_cell("loss".into(), "right".into());
+    if spec.loss.is_some() || !spec.loss_lists.is_empty() {
+        let (prob, lists, seed, lc) = (
+            shared.probability.clone(),
+            spec.loss_lists.clone(),
+            spec.seed,
+            shared.loss.clone(),
+        );
+        core.build_cell("loss".into(), move |_| {
+            Ok(cells::Loss::new(prob, &lists, seed, lc))
+        })
+        .map_err(rattan("building the loss cell"))?;
+        core.link_cell("bottleneck".into(), "loss".into());
+        core.link_cell("loss".into(), "right".into());
+    } else {
+        core.link_cell("bottleneck".into(), "right".into());
+    }
     for (i, s) in spec.senders.iter().enumerate() {
         let mut first = "bottleneck".to_string();
         if let Some(g) = s.gate {
@@ -619,8 +631,14 @@ impl PathEmulator {
         }
     }
 
-    /// Changes the data path's random loss while flows run.
+    /// Changes the data path's random loss while flows run (a path built
+    /// with a loss, 0.0 will do).
     pub fn set_loss(&self, p: f64) -> Result<()> {
+        if !self.has_loss_cell {
+            return Err(Error::Config(
+                "set_loss: this path has no loss cell (build it with a loss, 0.0 will do)".into(),
+            ));
+        }
         if !(0.0..1.0).contains(&p) {
             return Err(Error::Config(format!("loss probability {p} not in [0, 1)")));
         }

@@ -901,7 +901,7 @@ impl Testbed {
                 packets: c.buffer_packets,
             },
             mtu: c.mtu,
-            loss: c.loss.unwrap_or(0.0),
+            loss: c.loss,
             loss_lists: c
                 .loss_lists
                 .iter()

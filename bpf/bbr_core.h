@@ -307,15 +307,33 @@ static __always_inline u32 bbr_extra_acked(const struct bbr *bbr)
 	return max(bbr->extra_acked_0, bbr->extra_acked_1);
 }
 
-/* bw (BW_UNIT pkts/us) x gain -> bytes/s, less the pacing margin. */
+/* a x b, or ~0 where it would wrap.  The bound is hidden from clang, which
+ * would otherwise turn the test into a 128-bit multiply BPF does not have. */
+static __always_inline u64 bbr_mul_sat(u64 a, u64 b)
+{
+	u64 max = ~0ULL;
+
+	asm volatile("" : "+r"(max));
+	return b && a > max / b ? ~0ULL : a * b;
+}
+
+/* bw (BW_UNIT pkts/us) x gain -> bytes/s, less the pacing margin.  tcp_bbr.c's
+ * arithmetic, saturating at ~0 (unpaced, capped below by sk_max_pacing_rate)
+ * where it would wrap: a variant's gains (patched_bbr: up to 32 x 1.25 on a
+ * bandwidth itself corrected up to 32x) wrap the u64 product for delivery
+ * rates of a few Gbit/s.  Below that the result is the same bit for bit. */
 static u64 bbr_rate_bytes_per_sec(struct sock *sk, u64 rate, u32 gain)
 {
 	u32 mss = tcp_sk(sk)->mss_cache;
 
-	rate *= mss;
-	rate *= gain;
+	rate = bbr_mul_sat(rate, mss);
+	rate = bbr_mul_sat(rate, gain);
+	if (rate == ~0ULL)
+		return rate;
 	rate >>= BBR_SCALE;
-	rate *= USEC_PER_SEC / 100 * (100 - BBR_PACING_MARGIN_PCT);
+	rate = bbr_mul_sat(rate, USEC_PER_SEC / 100 * (100 - BBR_PACING_MARGIN_PCT));
+	if (rate == ~0ULL)
+		return rate;
 	return rate >> BW_SCALE;
 }
 

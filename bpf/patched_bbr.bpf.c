@@ -143,6 +143,17 @@ _Static_assert(THETA_UNIT == CCCTL_THETA_UNIT, "Θ scale must match the ABI");
 
 /* Smallest Θ anything is divided by: bounds the corrections at 32x. */
 #define PATCHED_THETA_MIN (THETA_UNIT / 32)
+/* Θ window, ns (departure 1): On and Off are summed over the current window
+ * and the one before, so Θ covers 1 to 2 s, at least 12 cycles of the
+ * lab's Heavy gate (80 ms) and whole cycles of the longest gate the lab
+ * allows (1 s). */
+#define PATCHED_WINDOW_NS (1000 * 1000 * 1000ULL)
+/* The ACK path calls the transmit tracer gone (departure 10) when the
+ * stack sent more data segments than this that it did not see and it has
+ * not run for this socket for a window.  Alive, it sees nearly every send
+ * (a program's recursion guard skips one now and then), and a sending flow
+ * sends in every On period (the lab's gate cycles are at most 1 s). */
+#define PATCHED_UNSEEN_SEGS 32
 /* Heartbeat period, ns: the finest Off threshold, so a stall that long is seen. */
 #define PATCHED_HEARTBEAT_NS (1000 * 1000ULL)
 
@@ -162,22 +173,26 @@ struct patched_params {
 struct patched {
 	u64 last_depart_ns; /* departure stamp of the previous transmission; 0 = none */
 	u64 pacing_gap_ns;  /* its length at the pacing rate: the pre-defined gap */
-	u64 on_ns;          /* On time in the current round */
-	u64 off_ns;         /* Off time in the current round */
-	u64 prev_on_ns;     /* On time of the round before (departure 9) */
-	u64 prev_off_ns;    /* Off time of the round before */
+	u64 win_start_ns;   /* start of the current Θ window (departure 1) */
+	u64 win_on_ns;      /* On time booked in the current window */
+	u64 win_off_ns;     /* Off time booked in the current window */
+	u64 prev_on_ns;     /* On time of the window before */
+	u64 prev_off_ns;    /* Off time of the window before */
 	u32 theta;          /* Θ in force, x THETA_UNIT */
-	u32 theta_on_us;    /* On time of the two rounds Θ was estimated over */
-	u32 theta_off_us;   /* Off time of those rounds */
+	u32 theta_on_us;    /* On time of the windows Θ was estimated over */
+	u32 theta_off_us;   /* Off time of those windows */
 	u32 bw_raw;         /* this ACK's delivery-rate sample D, BW_UNIT pkts/us */
 	u32 bw_corrected;   /* the sample the max filter saw (D / Θ in PROBE_BW) */
 	u32 data_segs_out;  /* tp->data_segs_out at the previous transmission */
+	u32 app_limited;    /* tp->app_limited at the previous transmission */
+	u32 pad0;
 	u64 stall_seen_ns;  /* machine stall total at the previous transmission */
 	u64 first_ack_ns;   /* first ACK processed since the previous transmission */
-	u64 stall_ns;       /* stall time left out of Off in the current round */
-	u8 waiting;         /* the previous transmission left the flow application-limited */
+	u64 stall_ns;       /* stall time left out of Off in the current window */
+	u64 tracer_seen_ns; /* when the transmit tracer last ran for this socket */
 	u8 acked;           /* an ACK was processed since the previous transmission */
-	u8 pad[2];
+	u8 tracer_lost;     /* the transmit tracer stopped seeing this flow: Θ = 1 */
+	u8 pad[6];
 	/* The parameters of the latest ACK's set (copied once per ACK by the
 	 * ACK path), for the hooks and for the transmit tracer, which must not
 	 * take the params map's spin lock itself. */
@@ -261,23 +276,53 @@ static __always_inline u32 patched_alpha(u32 theta, const struct patched_params 
 	return m->alpha_medium;
 }
 
-/* Eq. 11 over the round that just ended and the one before (departure
- * 9); it is in force for the next round. */
+/* Eq. 11 over the On and Off time summed in the current window and the
+ * one before (departure 1), at each new round; in force for that round. */
 static void patched_estimate_theta(struct patched *p)
 {
-	u64 on = p->on_ns + p->prev_on_ns, off = p->off_ns + p->prev_off_ns;
+	u64 on = p->win_on_ns + p->prev_on_ns, off = p->win_off_ns + p->prev_off_ns;
 	u64 total = on + off;
 
-	if (total) {
-		p->theta = (u32)(on * THETA_UNIT / total);
-		p->theta_on_us = (u32)min(on / NSEC_PER_USEC, (u64)~0U);
-		p->theta_off_us = (u32)min(off / NSEC_PER_USEC, (u64)~0U);
+	if (!total)
+		return;
+	p->theta = (u32)(on * THETA_UNIT / total);
+	p->theta_on_us = (u32)min(on / NSEC_PER_USEC, (u64)~0U);
+	p->theta_off_us = (u32)min(off / NSEC_PER_USEC, (u64)~0U);
+}
+
+/* The transmit tracer books a gap: a window PATCHED_WINDOW_NS old is
+ * closed first (it becomes the window before). */
+static __always_inline void patched_book(struct patched *p, u64 now, u64 on, u64 off)
+{
+	if (!p->win_start_ns)
+		p->win_start_ns = now;
+	if (now - p->win_start_ns >= PATCHED_WINDOW_NS) {
+		p->prev_on_ns = p->win_on_ns;
+		p->prev_off_ns = p->win_off_ns;
+		p->win_on_ns = 0;
+		p->win_off_ns = 0;
+		p->stall_ns = 0;
+		p->win_start_ns = now;
 	}
-	p->prev_on_ns = p->on_ns;
-	p->prev_off_ns = p->off_ns;
-	p->on_ns = 0;
-	p->off_ns = 0;
-	p->stall_ns = 0;
+	p->win_on_ns += on;
+	p->win_off_ns += off;
+}
+
+/* Departure 10: data the stack sent that the transmit tracer did not see
+ * means it is gone (the algorithm was unloaded and its tracer detached;
+ * this socket keeps its ops).  No Θ without it: back to 1, for good. */
+static __always_inline void patched_check_tracer(struct sock *sk, struct patched *p)
+{
+	if (p->tracer_lost)
+		return;
+	if (tcp_sk(sk)->data_segs_out - p->data_segs_out <= PATCHED_UNSEEN_SEGS)
+		return;
+	if (bpf_ktime_get_ns() - p->tracer_seen_ns < PATCHED_WINDOW_NS)
+		return;
+	p->tracer_lost = 1;
+	p->theta = THETA_UNIT;
+	p->win_on_ns = p->win_off_ns = p->prev_on_ns = p->prev_off_ns = 0;
+	p->theta_on_us = p->theta_off_us = 0;
 }
 
 /* Heartbeat: how late did it fire?  Late beyond off_thresh is a stall. */
@@ -327,7 +372,8 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	struct patched_params m;
 	struct patched *p;
 	u64 depart, gap, quiet, late, rate, stalled = 0, *total;
-	u32 segs, data_segs_out, zero = 0;
+	u32 segs, data_segs_out, app_limited, zero = 0;
+	bool idle;
 
 	if (!sk)
 		return 0;
@@ -346,6 +392,7 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	if (!segs)
 		return 0; /* no data: a pure ACK, or this packet seen on a second device */
 	p->data_segs_out = data_segs_out;
+	p->tracer_seen_ns = bpf_ktime_get_ns();
 
 	depart = BPF_CORE_READ(tp, tcp_wstamp_ns);
 	m = p->m;
@@ -354,7 +401,18 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 		stalled = *total - p->stall_seen_ns;
 		p->stall_seen_ns = *total;
 	}
-	if (p->last_depart_ns && !p->waiting && depart > p->last_depart_ns) {
+	/*
+	 * A gap the application left: sendmsg marks the flow app-limited when
+	 * it is called with less than a packet unsent and cwnd not full, so a
+	 * fresh mark at the first send after a pause says the flow had nothing
+	 * to send when the pause began (unsent data only leaves by a send).
+	 * The mark seen at the send that opened the gap describes the pause
+	 * before it, not this one (departure 3).
+	 */
+	app_limited = BPF_CORE_READ(tp, app_limited);
+	idle = app_limited && app_limited != p->app_limited;
+	p->app_limited = app_limited;
+	if (p->last_depart_ns && !idle && !p->tracer_lost && depart > p->last_depart_ns) {
 		gap = depart - p->last_depart_ns;
 		/* Silent until the first ACK processed in the gap, if any. */
 		quiet = p->acked && p->first_ack_ns < depart ?
@@ -366,12 +424,10 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 		stalled = min(stalled, late);
 		p->stall_ns += stalled;
 		late -= stalled;
-		if (late > (u64)m.off_thresh_us * NSEC_PER_USEC) {
-			p->off_ns += late;
-			p->on_ns += gap - late;
-		} else {
-			p->on_ns += gap;
-		}
+		if (late > (u64)m.off_thresh_us * NSEC_PER_USEC)
+			patched_book(p, depart, gap - late, late);
+		else
+			patched_book(p, depart, gap, 0);
 	}
 	p->last_depart_ns = depart;
 	p->acked = 0;
@@ -379,8 +435,6 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	rate = sk->sk_pacing_rate;
 	p->pacing_gap_ns = rate && rate != ~0UL ?
 		(u64)segs * BPF_CORE_READ(tp, mss_cache) * NSEC_PER_SEC / rate : 0;
-	/* Out of data: the next gap waits for the application. */
-	p->waiting = BPF_CORE_READ(tp, app_limited) != 0;
 	return 0;
 }
 
@@ -392,6 +446,7 @@ static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64
 
 	if (!p)
 		return bw;
+	patched_check_tracer(sk, p);
 	if (bbr_of(sk)->round_start)
 		patched_estimate_theta(p);
 	p->bw_raw = (u32)min(bw, (u64)~0U);
@@ -412,6 +467,7 @@ static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
 	if (!p)
 		return NULL;
 	p->m = patched_params(params);
+	patched_check_tracer(sk, p);
 	if (!p->acked) {
 		p->acked = 1;
 		p->first_ack_ns = bpf_ktime_get_ns();
@@ -464,6 +520,10 @@ static void bbr_hook_init(struct sock *sk)
 		return; /* no memory: plain BBR */
 	__builtin_memset(p, 0, sizeof(*p));
 	p->theta = THETA_UNIT;
+	/* The tracer counts data segments from here (the algorithm may be set
+	 * on a socket that has sent already). */
+	p->data_segs_out = tcp_sk(sk)->data_segs_out;
+	p->tracer_seen_ns = bpf_ktime_get_ns();
 	/* Until the first ACK, the transmit tracer uses the set in force now. */
 	ccctl_params_read(&params);
 	p->m = patched_params(&params);
@@ -491,8 +551,8 @@ static void bbr_hook_trace(struct sock *sk, struct ccctl_event *e, void *v)
 		return;
 	e->theta = p->theta;
 	e->alpha = patched_active(sk, p) ? patched_alpha(patched_theta(p), &p->m) : 0;
-	e->on_us = (u32)min(p->on_ns / NSEC_PER_USEC, (u64)~0U);
-	e->off_us = (u32)min(p->off_ns / NSEC_PER_USEC, (u64)~0U);
+	e->on_us = (u32)min(p->win_on_ns / NSEC_PER_USEC, (u64)~0U);
+	e->off_us = (u32)min(p->win_off_ns / NSEC_PER_USEC, (u64)~0U);
 	e->theta_on_us = p->theta_on_us;
 	e->theta_off_us = p->theta_off_us;
 	e->bbr_pacing_gain = bbr->pacing_gain;

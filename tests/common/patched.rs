@@ -642,3 +642,134 @@ pub fn gate_passes_packets_only_in_on_windows(
         "no {gate_qdisc} on the sender: {qd}"
     );
 }
+
+// ---- Θ against the gate's ground truth, on the host's userspace path --------
+
+/// The levels of patched-bbr-cloud.txt (Sec. IV, Fig. 7; the lab's
+/// `scenarios/vm-scheduling.toml`): (name, On ms, Off ms). Θ = 0.75, 0.5, 0.125.
+pub const LEVELS: [(&str, u64, u64); 3] =
+    [("Little", 30, 10), ("Medium", 20, 20), ("Heavy", 10, 70)];
+
+/// A host testbed on the userspace path (`rate`, 40 ms, 1 BDP), sender 0
+/// gated On `on_ms` / Off `off_ms` when given.
+pub fn host_gated(rate_bps: u64, gate: Option<(u64, u64)>) -> Testbed {
+    let rtt = Duration::from_millis(40);
+    let buffer = ccctl_lab::testbed::buffer_bdp(rate_bps, rtt, 1.0, 1500);
+    let mut cfg = TestbedConfig::new(rate_bps, buffer)
+        .with_rtts(&[rtt])
+        .userspace();
+    cfg.senders[0].gate = gate.map(|(on, off)| Gate {
+        on: Duration::from_millis(on),
+        off: Duration::from_millis(off),
+    });
+    testbed(cfg)
+}
+
+/// Θ of a patched_bbr flow behind a gate (or none), read from its trace by
+/// [`pseudocode2_from_trace`] (every rule of Pseudocode 2 checked on the
+/// way): the mean Θ in force over PROBE_BW after a 5 s warm-up. 20 s, 20
+/// Mbit/s, 40 ms, 1 BDP.
+pub fn theta_behind_gate(gate: Option<(u64, u64)>) -> Pseudocode2 {
+    let tb = host_gated(20_000_000, gate);
+    let sum = pseudocode2_from_trace(&tb, 20, Duration::from_secs(5), &[], Rule::DEFAULT);
+    let _ = tb.destroy();
+    sum
+}
+
+/// Goodput (bit/s) of one untraced flow of `cc` (kernel name; `algo` is
+/// ccctl's, loaded first) behind the gate.
+pub fn goodput_behind_gate(algo: &str, cc: &str, gate: Option<(u64, u64)>, secs: u64) -> f64 {
+    ccctl(&["load", algo]).ok();
+    let tb = host_gated(20_000_000, gate);
+    let flow = iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))
+        .expect("running iperf3");
+    let _ = tb.destroy();
+    flow.goodput_bps
+}
+
+fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime into a local.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// What a gated flow's trace showed around `ccctl unload patched-bbr`.
+#[derive(Debug)]
+pub struct AfterUnload {
+    /// Mean Θ in force over the 3 s before the unload.
+    pub theta_before: f64,
+    /// Events more than 1 s after the unload, and how many had Θ != 1.
+    pub events_after: usize,
+    pub stale_after: usize,
+    /// Mean pacing rate (bit/s) over the 3 s before and from 3 s after.
+    pub pacing_before_bps: f64,
+    pub pacing_after_bps: f64,
+}
+
+/// A patched_bbr flow behind the Heavy gate (On 10 / Off 70 ms), traced;
+/// `ccctl unload patched-bbr` 10 s into it; the flow keeps its ops and runs
+/// 12 s more. The tracer keeps reading the unloaded object's ring buffer
+/// (nothing new is pinned), so the flow's Θ after the unload is in the trace.
+pub fn unload_during_a_gated_flow() -> AfterUnload {
+    use super::lab::{f64s, strs};
+    use super::tracing::{u64s, FlowTrace};
+
+    ccctl(&["load", "patched-bbr"]).ok();
+    let tb = host_gated(20_000_000, Some((10, 70)));
+    let dir = super::tempdir("patched-unload");
+    let out = dir.join("unload.parquet");
+    let trace = FlowTrace::start(&tb, "patched-bbr", &out);
+    let running = iperf::spawn_flows(
+        &tb,
+        &[FlowSpec::new(0, "patched_bbr", Duration::from_secs(22)).port(trace.port)],
+    )
+    .expect("flow");
+    std::thread::sleep(Duration::from_secs(11));
+    let unloaded_at = monotonic_ns();
+    ccctl(&["unload", "patched-bbr"]).ok();
+    let flows = running.wait().expect("the flow finishes");
+    let df = trace.finish();
+    let _ = tb.destroy();
+    let data_port = flows[0].local_port.expect("local port") as u64;
+    let sport = u64s(&df, "sport");
+    let ts = u64s(&df, "ts_ns");
+    let algo = strs(&df, "algo");
+    let theta = f64s(&df, "theta");
+    let pacing = u64s(&df, "pacing_rate_bps");
+    let rows: Vec<usize> = (0..df.height())
+        .filter(|&i| sport[i] == data_port && algo[i] == "patched_bbr")
+        .collect();
+    let s = 1_000_000_000u64;
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let before: Vec<usize> = rows
+        .iter()
+        .copied()
+        .filter(|&i| ts[i] + 3 * s >= unloaded_at && ts[i] < unloaded_at)
+        .collect();
+    let after: Vec<usize> = rows
+        .iter()
+        .copied()
+        .filter(|&i| ts[i] > unloaded_at + s)
+        .collect();
+    let late: Vec<usize> = rows
+        .iter()
+        .copied()
+        .filter(|&i| ts[i] > unloaded_at + 3 * s)
+        .collect();
+    let res = AfterUnload {
+        theta_before: mean(
+            &before
+                .iter()
+                .map(|&i| theta[i].unwrap_or(f64::NAN))
+                .collect::<Vec<_>>(),
+        ),
+        events_after: after.len(),
+        stale_after: after.iter().filter(|&&i| theta[i] != Some(1.0)).count(),
+        pacing_before_bps: mean(&before.iter().map(|&i| pacing[i] as f64).collect::<Vec<_>>()),
+        pacing_after_bps: mean(&late.iter().map(|&i| pacing[i] as f64).collect::<Vec<_>>()),
+    };
+    println!("patched_bbr unloaded during a Heavy-gated flow: {res:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    res
+}

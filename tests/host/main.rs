@@ -948,4 +948,48 @@ mod patched_host {
         let sum = patched::theta_behind_gate(None);
         assert!(sum.mean_theta >= 0.95, "ungated Θ {:.3}", sum.mean_theta);
     }
+
+    /// Heavy gate (On 10 / Off 70 ms): patched_bbr's goodput against
+    /// bpf_bbr's, both on the same gated path, in the same test.
+    #[test]
+    fn patched_beats_bpf_bbr_under_a_heavy_gate() {
+        let _clean = Clean::new();
+        let heavy = Some((10, 70));
+        let bbr = patched::goodput_behind_gate("bbr", "bpf_bbr", heavy, 20);
+        let ours = patched::goodput_behind_gate("patched-bbr", "patched_bbr", heavy, 20);
+        println!(
+            "Heavy gate: patched_bbr {:.2} Mbit/s, bpf_bbr {:.2} Mbit/s, ratio {:.2}",
+            ours / 1e6,
+            bbr / 1e6,
+            ours / bbr.max(1.0)
+        );
+        assert!(
+            ours >= 3.0 * bbr,
+            "patched_bbr {ours:.0} bit/s, bpf_bbr {bbr:.0}"
+        );
+    }
+
+    /// Unloaded during a Heavy-gated flow, patched_bbr's socket keeps its
+    /// ops but loses its transmit tracer: from 1 s after the unload on
+    /// every traced ACK has Θ = 1 (the tracer-lost rule, departure 10).
+    #[test]
+    fn patched_theta_returns_to_one_after_unload() {
+        let _clean = Clean::new();
+        let r = patched::unload_during_a_gated_flow();
+        assert!(
+            r.theta_before < 0.5,
+            "Θ before the unload {:.3}: the gate was not seen",
+            r.theta_before
+        );
+        assert!(
+            r.events_after > 100,
+            "{} events after the unload",
+            r.events_after
+        );
+        assert_eq!(
+            r.stale_after, 0,
+            "{} of {} ACKs after the unload ran with Θ != 1",
+            r.stale_after, r.events_after
+        );
+    }
 }

@@ -22,7 +22,8 @@
  * patchedBBR measures Θ from the sender's own timing and puts it back into
  * the model, in PROBE_BW only (STARTUP, DRAIN and PROBE_RTT are BBR's):
  *
- *   Θ          per round trip (eq. 11): a transmission that leaves more than
+ *   Θ          every round trip, over the last 1-2 s (eq. 11): a transmission
+ *              that leaves more than
  *              off_thresh (1 ms) after the pacing schedule wanted it ends an
  *              Off period of that lateness; all other sending time is On
  *              (Sec. V-C-2);
@@ -88,19 +89,25 @@
  *
  * Departures and readings
  * -----------------------
- *  1. "At each RTT_n" (Pseudocode 2) is BBR's packet-timed round: Θ is
- *     computed when a round ends from the On and Off time accumulated
- *     over that round and the one before it (9), and is the Θ in force
- *     for the whole next round (bandwidth samples, pacing, cwnd).  A round without any
- *     usable gap keeps the previous Θ.
+ *  1. "At each RTT_n" (Pseudocode 2): Θ is recomputed when a packet-timed
+ *     round starts, but from On and Off time SUMMED over a time window
+ *     (eq. 11 over whole On/Off cycles): the current 1 s window and the
+ *     one before it, 1 to 2 s in all, at least one cycle of the longest
+ *     gate the lab allows (1 s) and 12 of its Heavy gate (80 ms).  Per
+ *     round, a round without an Off period read Θ = 1 and pulled the mean
+ *     up (Heavy 0.23-0.35 for 0.125).  A window with no usable gap keeps
+ *     the previous Θ.
  *  2. "1 ms longer than the pre-defined gap": the pre-defined gap is the
  *     previous packet's bytes at the pacing rate then in force (what the
  *     kernel adds to its pacing schedule, less the jitter credit it gives
  *     back), and the Off time is the lateness beyond it, not the whole gap
  *     (the pacing gap itself was spent On).
  *  3. A send gap is Off only up to the first ACK processed in it (see
- *     above), and gaps after an application-limited transmission are left
- *     out.  A first version left out every gap after a transmission that
+ *     above), and gaps the application left count neither way: told by a
+ *     fresh app_limited mark at the send that ENDS the gap (sendmsg sets
+ *     it when called with nothing unsent, so it describes the pause from
+ *     its start; the mark seen at the send that opens a gap is an older
+ *     pause's).  A first version left out every gap after a transmission that
  *     filled cwnd: under a Heavy gate (On 10 / Off 70 ms, Θ = 0.125) it read
  *     Θ 0.34 in the VM (with ACKs held during Off the sender runs into cwnd
  *     before the gate closes).  A second counted such gaps whole: ungated
@@ -119,15 +126,16 @@
  *     above); the paper's testbed stalled only the sender.  It cannot tell
  *     an emulator stall from a real Off that overlaps it: under a Heavy
  *     gate in the VM it read Θ 0.42 for 0.125 (0.23 without it).
- *  9. Θ is computed over the last two packet-timed rounds, not one.  An
- *     Off period is booked at the first send after it, and that send and
- *     the ACK that ends a round both come when the sender wakes up, in
- *     either order: one round then holds two Off periods and the next
- *     none (Θ = 1 for a round of a sender On 10 ms in 80); under the
- *     Heavy gate in the VM the trace shows about two rounds per 80 ms
- *     cycle, so one round alone often holds no Off.  Measured, the change
- *     did not show above the run-to-run spread (Heavy Θ 0.23/0.32 with
- *     one round, 0.29/0.35 with two; README).
+ *  9. (Replaced by 1.)  Θ was computed over the last one, then two,
+ *     packet-timed rounds; an Off period is booked at the first send after
+ *     it, so one round could hold two Off periods and the next none.
+ * 10. After `ccctl unload` running sockets keep their ops but the transmit
+ *     tracer is detached: when the stack has sent more than 32 data
+ *     segments the tracer did not see and it has not run for this socket
+ *     for a window (1 s), Θ goes back to 1 for good (no stale correction).
+ * 11. The core's pacing-rate arithmetic saturates (bbr_core.h): bw x 32
+ *     (eq. 36) x 1.25 x 32 (eq. 37) wrapped its u64 product at a few
+ *     Gbit/s.
  */
 #define CCCTL_ALGO_ID CCCTL_ALGO_PATCHED_BBR
 #include "bbr_core.h"

@@ -23,6 +23,19 @@
 //!   struct_ops programs: the BPF cost per call. Those runs are not used
 //!   for the ratios (stats add two clock reads per BPF call that native
 //!   bbr does not pay). Targets: bpf_bbr >= 0.99x, the others >= 0.97x.
+//! - `testbed`: the lab's namespace dumbbell on the userspace path emulator
+//!   (ccctl-path), on this kernel: (1) the highest rate of a ladder (20 to
+//!   1000 Mbit/s) at which one Cubic flow gets >= 0.95x of the rate
+//!   (goodput / rate; 1448/1500 = 0.965x is the most a flow's payload can
+//!   be), 20 ms, 1 BDP (>= 100 packets), first 2 s of each flow not
+//!   counted, stopping at the first rung that misses; (2) ping through an
+//!   idle path at 10, 20, 50, 100 and 200 ms: median and p99 error against
+//!   the configured RTT; (3) the emulator's CPU seconds per second per
+//!   100 Mbit/s it carries, from the ladder; (4) 1, 16 and 128 Cubic flows
+//!   (iperf3 -P from one sender host) at 100 Mbit/s, 20 ms, 1 BDP: link
+//!   utilisation, Jain's index, emulator CPU; and the build time of a
+//!   128-sender testbed. `--quick` shortens it, `--json FILE` writes the
+//!   results. No targets: it says what this machine can emulate.
 //!
 //! Everything is built in release mode (about 11 minutes from scratch).
 
@@ -36,13 +49,20 @@ use clap::{Args, ValueEnum};
 use crate::proc;
 
 mod per_packet;
+mod testbed;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Which {
+    /// Loopback iperf3: native bbr against bpf_bbr, throughput and CPU per byte.
     Datapath,
+    /// bpf_bbr traced on every ACK into Parquet against untraced.
     Trace,
+    /// Events per second of `ccctl trace`'s decode + Parquet path.
     Consumer,
+    /// Native bbr against our algorithms where every segment and ACK is a packet.
     PerPacket,
+    /// The lab testbed's userspace path emulator: max rate, RTT error, CPU, many flows.
+    Testbed,
     All,
 }
 
@@ -51,7 +71,7 @@ pub struct BenchArgs {
     /// Which benchmark.
     #[arg(value_enum, default_value_t = Which::All)]
     pub which: Which,
-    /// Seconds per iperf3 run.
+    /// Seconds per iperf3 run (testbed: each flow's, the first 2 s not counted).
     #[arg(long, default_value_t = 10)]
     pub secs: u64,
     /// Runs per variant (alternating).
@@ -63,6 +83,12 @@ pub struct BenchArgs {
     /// per-packet: only these of our algorithms (bbr, modest-bbr, dstar; all by default).
     #[arg(long, value_delimiter = ',')]
     pub algos: Vec<String>,
+    /// testbed: a shorter run (5 of the 9 rungs, 5 s flows, 100 pings per RTT).
+    #[arg(long)]
+    pub quick: bool,
+    /// testbed: also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 /// A private namespace with loopback up; deleted on drop.
@@ -246,6 +272,11 @@ fn summarize(label: &str, a: &str, b: &str, ra: &[Flow], rb: &[Flow]) -> (f64, f
 }
 
 pub fn main(args: BenchArgs) -> Result<i32> {
+    if args.which == Which::Testbed {
+        // Needs no ccctl binary and no BPF loaded.
+        testbed::run(&args)?;
+        return Ok(0);
+    }
     eprintln!("bench: building ccctl in release mode (about 11 minutes from scratch)");
     let bin: PathBuf = proc::cargo_build_json(
         &["build", "--release", "-p", "ccctl", "--bins"],
@@ -335,6 +366,9 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         let unload = ccctl(&bin, &["unload", "bbr"]);
         res?;
         unload?;
+    }
+    if run_all {
+        testbed::run(&args)?;
     }
     Ok(0)
 }

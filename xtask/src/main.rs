@@ -38,7 +38,7 @@ enum Cmd {
     Test(test::TestArgs),
     /// The main job: `ccctl lab run scenarios/bbr-vs-cubic.toml` on the namespace testbed
     Demo,
-    /// Benchmarks (release build): datapath and tracing cost against native bbr, trace consumer rate
+    /// Benchmarks (release build): datapath and tracing cost against native bbr, trace consumer rate, testbed emulator
     Bench(bench::BenchArgs),
     /// Every seed's headline result re-measured, side by side with the paper (REPORT.md)
     Reproduce(reproduce::ReproduceArgs),

@@ -14,34 +14,8 @@ use super::flows::{mbit, testbed};
 /// Round-trip times (ms) of `count` pings from sender `i` to the receiver,
 /// one every `interval_ms`, in order.
 pub fn ping_rtts(tb: &Testbed, i: usize, count: u32, interval_ms: u32) -> Vec<f64> {
-    let dst = tb.receiver_addr().to_string();
-    let interval = format!("{:.3}", f64::from(interval_ms) / 1000.0);
-    let out = tb
-        .exec(
-            Role::Sender(i),
-            &[
-                "ping",
-                "-n",
-                "-c",
-                &count.to_string(),
-                "-i",
-                &interval,
-                &dst,
-            ],
-        )
-        .expect("ping through the path");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let rtts: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-        .collect();
-    assert!(
-        rtts.len() as u32 >= count * 9 / 10,
-        "only {} of {count} ping replies: {text}",
-        rtts.len()
-    );
-    rtts
+    tb.ping_rtts(Role::Sender(i), count, interval_ms)
+        .expect("ping through the path")
 }
 
 pub fn quantile(v: &[f64], q: f64) -> f64 {

@@ -631,6 +631,29 @@ impl Testbed {
         self.next_port.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Round-trip times (ms, in order) of `count` pings from `from` to the
+    /// receiver, one every `interval_ms` (`ping -n`; root may go below
+    /// 200 ms). Fewer than 90 % replies is an error naming what ping said.
+    pub fn ping_rtts(&self, from: Role, count: u32, interval_ms: u32) -> Result<Vec<f64>> {
+        let dst = self.receiver_addr().to_string();
+        let interval = format!("{:.3}", f64::from(interval_ms) / 1000.0);
+        let count_s = count.to_string();
+        let out = self.exec(from, &["ping", "-n", "-c", &count_s, "-i", &interval, &dst])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let rtts: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.split("time=").nth(1))
+            .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+            .collect();
+        if (rtts.len() as u64) * 10 < u64::from(count) * 9 {
+            return Err(Error::Parse {
+                what: format!("ping from {from} ({} of {count} replies)", rtts.len()),
+                detail: text.into_owned(),
+            });
+        }
+        Ok(rtts)
+    }
+
     /// Runs `argv` in `role`'s namespace; non-zero exit is an error.
     pub fn exec<S: AsRef<str>>(&self, role: Role, argv: &[S]) -> Result<Output> {
         ns_exec(&self.ns(role), argv)
@@ -997,6 +1020,19 @@ impl Testbed {
         // an ICMP error, forwarding being off) the frames the emulator
         // also reads.
         let userspace = c.path == PathKind::Userspace;
+        // Every veth end of the path: no DAD, up, offloads off (always on
+        // the userspace path: it reads frames, not GSO super-packets), and
+        // there transmit checksums computed before the frame leaves.
+        let link_end = |s: &mut NsSetup, dev: &str| {
+            no_dad(s, dev);
+            s.up.push(dev.into());
+            if c.disable_offloads || userspace {
+                s.no_offloads.push(dev.into());
+            }
+            if userspace {
+                s.no_tx_checksum.push(dev.into());
+            }
+        };
         let forward = if userspace { "0" } else { "1" };
         let mut rt = base(Role::Router);
         rt.sysctls
@@ -1010,14 +1046,7 @@ impl Testbed {
             (0..c.senders.len()).map(|i| (router_sender_dev(i), self.router_sender_addr(i))),
         );
         for (dev, addr) in rt_devs {
-            no_dad(&mut rt, &dev);
-            rt.up.push(dev.clone());
-            if c.disable_offloads || userspace {
-                rt.no_offloads.push(dev.clone());
-            }
-            if userspace {
-                rt.no_tx_checksum.push(dev.clone());
-            }
+            link_end(&mut rt, &dev);
             rt.addrs.push((dev, addr, len));
         }
         for (i, s) in c.senders.iter().enumerate() {
@@ -1028,16 +1057,9 @@ impl Testbed {
         v.push(rt);
 
         let mut rx = base(Role::Receiver);
-        no_dad(&mut rx, RECEIVER_DEV);
-        rx.up.push(RECEIVER_DEV.into());
+        link_end(&mut rx, RECEIVER_DEV);
         if c.has_data_path_netem() && !userspace {
             rx.up.push(IFB_DEV.into());
-        }
-        if c.disable_offloads || userspace {
-            rx.no_offloads.push(RECEIVER_DEV.into());
-        }
-        if userspace {
-            rx.no_tx_checksum.push(RECEIVER_DEV.into());
         }
         rx.addrs
             .push((RECEIVER_DEV.into(), self.addr(Role::Receiver), len));
@@ -1046,14 +1068,7 @@ impl Testbed {
 
         for i in 0..c.senders.len() {
             let mut s = base(Role::Sender(i));
-            no_dad(&mut s, SENDER_DEV);
-            s.up.push(SENDER_DEV.into());
-            if c.disable_offloads || userspace {
-                s.no_offloads.push(SENDER_DEV.into());
-            }
-            if userspace {
-                s.no_tx_checksum.push(SENDER_DEV.into());
-            }
+            link_end(&mut s, SENDER_DEV);
             s.addrs
                 .push((SENDER_DEV.into(), self.addr(Role::Sender(i)), len));
             s.gateway = Some(self.router_sender_addr(i));

@@ -284,30 +284,7 @@ mod imp {
 
     /// RTTs (ms) of `count` pings from sender `i`, one every `interval_ms`.
     fn ping_rtts(tb: &Testbed, i: usize, count: u32, interval_ms: u32) -> Result<Vec<f64>> {
-        let dst = tb.receiver_addr().to_string();
-        let interval = format!("{:.3}", f64::from(interval_ms) / 1000.0);
-        let out = tb.exec(
-            Role::Sender(i),
-            &[
-                "ping",
-                "-n",
-                "-c",
-                &count.to_string(),
-                "-i",
-                &interval,
-                &dst,
-            ],
-        )?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let rtts: Vec<f64> = text
-            .lines()
-            .filter_map(|l| l.split("time=").nth(1))
-            .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-            .collect();
-        if rtts.len() < count as usize * 9 / 10 {
-            bail!("only {} of {count} ping replies: {text}", rtts.len());
-        }
-        Ok(rtts)
+        Ok(tb.ping_rtts(Role::Sender(i), count, interval_ms)?)
     }
 
     fn rtt_errors(count: u32) -> Result<(Vec<RttError>, Build)> {

@@ -112,7 +112,13 @@ pub fn rate_and_queue_limits_hold() {
         "max backlog {} B for a {limit} B limit",
         st.max_backlog_bytes
     );
-    assert_eq!(st.max_backlog, 39, "39 full frames fit {limit} B");
+    // 39 full frames fit; a smaller packet (an iperf3 control segment)
+    // may sit beside them (a CI run: 59113 B in 40 packets).
+    assert!(
+        (39..=40).contains(&st.max_backlog),
+        "{} packets at most for a limit of 39 full frames and a bit",
+        st.max_backlog
+    );
 }
 
 /// A loss list drops exactly the data packets it names, of the sender it

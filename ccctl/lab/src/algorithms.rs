@@ -72,6 +72,17 @@ fn kernel_cc_available(name: &str) -> bool {
 
 /// Checks every name of the scenario against this kernel and this binary,
 /// before anything is created; returns scenario name -> `iperf3 -C` name.
+/// The kernel's congestion controls the scenario names that this kernel
+/// cannot provide (neither built in nor a module here): a run with them
+/// needs a kernel that has them (the VM's).
+pub fn missing_here(sc: &Scenario) -> Vec<String> {
+    sc.algorithms()
+        .into_iter()
+        .filter(|name| matches!(resolve(name), Source::Kernel) && !kernel_cc_available(name))
+        .filter(|name| KERNEL_NAMES.contains(&name.as_str()))
+        .collect()
+}
+
 pub fn check(sc: &Scenario) -> Result<BTreeMap<String, String>, LabError> {
     let mut known: Vec<String> = kernel::available_congestion_controls().unwrap_or_default();
     let mut map = BTreeMap::new();

@@ -161,6 +161,13 @@ pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
             eprintln!("ccctl lab: the scenario asks for kernel 6.1: running it in the VM (Debian 6.1, TCG)");
             Where::Vm
         }
+        Where::Auto if !algorithms::missing_here(&opts.scenario).is_empty() => {
+            eprintln!(
+                "ccctl lab: this kernel has no {}: running the scenario in the VM (Debian 6.1, TCG), which has it",
+                algorithms::missing_here(&opts.scenario).join(", ")
+            );
+            Where::Vm
+        }
         Where::Auto => Where::Host,
         w => w,
     };

@@ -745,14 +745,8 @@ impl Testbed {
             return self.build_userspace();
         }
         let c = &self.cfg;
-        let rt = self.ns(Role::Router);
-        let rx = self.ns(Role::Receiver);
-        let senders: Vec<String> = (0..c.senders.len())
-            .map(|i| self.ns(Role::Sender(i)))
-            .collect();
+        let (rt, rx, senders, all) = self.names();
         let data_path = c.has_data_path_netem();
-        let mut all = vec![rt.clone(), rx.clone()];
-        all.extend(senders.iter().cloned());
 
         let mut lines: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
         // Router <-> receiver, with the bottleneck on the router's egress.
@@ -822,6 +816,19 @@ impl Testbed {
         Ok(())
     }
 
+    /// The namespaces to create: router, receiver, the senders, and all of
+    /// them in creation order.
+    fn names(&self) -> (String, String, Vec<String>, Vec<String>) {
+        let rt = self.ns(Role::Router);
+        let rx = self.ns(Role::Receiver);
+        let senders: Vec<String> = (0..self.cfg.senders.len())
+            .map(|i| self.ns(Role::Sender(i)))
+            .collect();
+        let mut all = vec![rt.clone(), rx.clone()];
+        all.extend(senders.iter().cloned());
+        (rt, rx, senders, all)
+    }
+
     /// The userspace path: one `ip -batch` for the namespaces and veths
     /// (every end with a known MAC address: the emulator writes each frame
     /// to its peer's), the namespaces' set-up (the router does not
@@ -829,13 +836,7 @@ impl Testbed {
     /// ccctl-path's cells in the router namespace.
     fn build_userspace(&mut self) -> Result<()> {
         let c = &self.cfg;
-        let rt = self.ns(Role::Router);
-        let rx = self.ns(Role::Receiver);
-        let senders: Vec<String> = (0..c.senders.len())
-            .map(|i| self.ns(Role::Sender(i)))
-            .collect();
-        let mut all = vec![rt.clone(), rx.clone()];
-        all.extend(senders.iter().cloned());
+        let (rt, rx, senders, all) = self.names();
         let mut lines: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
         let (rt_mac, rx_mac) = RECEIVER_LINK_MACS;
         lines.push(veth_line_with_macs(

@@ -15,6 +15,7 @@ pub mod modest;
 pub mod modest_wmax;
 pub mod patched;
 pub mod path;
+pub mod reproduce;
 pub mod shard;
 pub mod tracing;
 pub mod tune;

@@ -1,0 +1,146 @@
+//! `cargo xtask reproduce` end to end, on its lightest scenario.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{ccctl_bin, lab::*, Clean};
+
+/// The xtask binary `cargo xtask test` ran (target/debug/xtask, beside deps/).
+fn xtask_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/debug/deps/<test>-*")
+        .join("xtask");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo xtask test` (it builds xtask)",
+        bin.display()
+    );
+    bin
+}
+
+/// The cells of the Markdown table row whose first cell is `id`.
+fn row<'a>(report: &'a str, id: &str) -> Vec<&'a str> {
+    let line = report
+        .lines()
+        .find(|l| l.starts_with(&format!("| {id} |")))
+        .unwrap_or_else(|| panic!("REPORT.md has no row for {id}:\n{report}"));
+    line.trim_matches('|').split(" | ").map(str::trim).collect()
+}
+
+/// `x` printed with three significant digits is `printed`: within half
+/// a unit of its last digit.
+fn same_to_print(printed: &str, x: f64) -> bool {
+    let p: f64 = printed.parse().unwrap_or(f64::NAN);
+    let decimals = printed.split('.').nth(1).map_or(0, str::len) as i32;
+    (p - x).abs() <= 0.5 * 10f64.powi(-decimals) + 1e-12
+}
+
+/// `cargo xtask reproduce --quick fabric-fig6-fqcodel`: two BBR flows (61
+/// and 113 ms) behind fq_codel, a calibration and one 25 s run. The
+/// report must have its structure (testbed table, one row per headline,
+/// the unrun ones "not measured", plots listed) and its number must be
+/// what this test computes itself from the run's summary.parquet: Jain's
+/// index over the flows' goodputs, (sum x)^2 / (n sum x^2).
+pub fn reproduce_quick_reports_what_its_parquet_files_hold(ran_on: &str) {
+    let _clean = Clean::new();
+    let out = super::tempdir("reproduce-quick");
+    let st = Command::new(xtask_bin())
+        .args(["reproduce", "--quick", "fabric-fig6-fqcodel", "--ccctl"])
+        .arg(ccctl_bin())
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("running xtask reproduce");
+    assert!(st.success(), "xtask reproduce failed: {st}");
+
+    let report = std::fs::read_to_string(out.join("REPORT.md")).expect("REPORT.md");
+    for section in [
+        "# Reproduction report",
+        "## Testbed",
+        "## Headlines",
+        "## Plots",
+    ] {
+        assert!(report.contains(section), "no {section:?} in:\n{report}");
+    }
+    assert!(report.contains("Mode: `--quick`"), "{report}");
+    let testbed = row(&report, "fabric-fig6-fqcodel");
+    assert_eq!(testbed[1], ran_on, "ran on: {testbed:?}");
+    assert_eq!(testbed[4], "complete", "status: {testbed:?}");
+    // Headline rows: 10 cells each; only the fq_codel one measured here.
+    let ids: Vec<&str> = report
+        .lines()
+        .skip_while(|l| !l.starts_with("## Headlines"))
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| id |"))
+        .take_while(|l| !l.starts_with("## "))
+        .map(|l| l.trim_matches('|').split(" | ").next().unwrap_or("").trim())
+        .collect();
+    assert!(ids.len() >= 20, "headline rows: {ids:?}");
+    for id in &ids {
+        let cells = row(&report, id);
+        assert_eq!(cells.len(), 10, "{id}: {cells:?}");
+        if *id == "fabric-fig6c-fqcodel" {
+            assert!(
+                ["**reproduced**", "**partly**", "**not**"].contains(&cells[8]),
+                "{cells:?}"
+            );
+        } else {
+            assert_eq!(cells[8], "**not measured**", "{id} was not run: {cells:?}");
+        }
+    }
+
+    // Recompute from the run's own Parquet file.
+    let sdir = out.join("fabric-fig6-fqcodel");
+    let df = read_parquet(&sdir.join("summary.parquet"));
+    let (level, kind) = (strs(&df, "level"), strs(&df, "kind"));
+    let run_ids = f64s(&df, "run_id");
+    let goodput = f64s(&df, "goodput_bps");
+    let mut jfis = Vec::new();
+    let mut mains: Vec<f64> = (0..df.height())
+        .filter(|&i| level[i] == "run" && kind[i] == "main")
+        .filter_map(|i| run_ids[i])
+        .collect();
+    mains.dedup();
+    assert_eq!(mains.len(), 1, "quick: one main run (4 BDP only)");
+    for id in &mains {
+        let xs: Vec<f64> = (0..df.height())
+            .filter(|&i| level[i] == "flow" && kind[i] == "main" && run_ids[i] == Some(*id))
+            .map(|i| goodput[i].expect("every flow has a goodput"))
+            .collect();
+        assert_eq!(xs.len(), 2, "two flows per run");
+        let s: f64 = xs.iter().sum();
+        let s2: f64 = xs.iter().map(|x| x * x).sum();
+        jfis.push(s * s / (xs.len() as f64 * s2));
+    }
+    let jfi = jfis.iter().sum::<f64>() / jfis.len() as f64;
+    let cells = row(&report, "fabric-fig6c-fqcodel");
+    assert!(
+        same_to_print(cells[5], jfi),
+        "REPORT.md says {} but summary.parquet's goodputs give Jain's index {jfi}",
+        cells[5]
+    );
+    assert!(cells[6].ends_with("(1)"), "one case: {}", cells[6]);
+    // The paper's ~1.0: the ratio column is ours / 1.0.
+    assert!(same_to_print(cells[7], jfi), "ratio {}", cells[7]);
+    // report.json carries the unrounded number.
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("report.json")).expect("report.json"),
+    )
+    .expect("report.json parses");
+    let m = json
+        .as_array()
+        .and_then(|a| a.iter().find(|m| m["id"] == "fabric-fig6c-fqcodel"))
+        .expect("fabric-fig6c-fqcodel in report.json");
+    let v = m["value"].as_f64().expect("a value");
+    assert!(
+        (v - jfi).abs() < 1e-9,
+        "report.json {v} vs recomputed {jfi}"
+    );
+    // The scenario as run is the quick variant.
+    let ran = std::fs::read_to_string(sdir.join("scenario.toml")).expect("scenario.toml");
+    assert!(ran.contains("25s"), "quick duration in {ran}");
+    // Plots beside the report, linked from it.
+    assert!(report.contains("fabric-fig6-fqcodel/plots/"), "{report}");
+    let _ = std::fs::remove_dir_all(&out);
+}

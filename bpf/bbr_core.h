@@ -111,12 +111,9 @@
 #error "define CCCTL_ALGO_ID (a CCCTL_ALGO_* from ccctl_abi.h) before including bbr_core.h"
 #endif
 
-/* ---- scales ---------------------------------------------------------- */
+/* ---- scales and the pacing-rate arithmetic (bbr_rate.h) --------------- */
 
-#define BW_SCALE 24 /* bandwidth: packets/us << 24 keeps 1 pkt/s above 0 */
-#define BW_UNIT (1ULL << BW_SCALE)
-#define BBR_SCALE 8 /* gains: 1/256 resolution is plenty */
-#define BBR_UNIT (1 << BBR_SCALE)
+#include "bbr_rate.h"
 
 /* ---- constants, with their units and reasons -------------------------- */
 
@@ -130,8 +127,6 @@
 #define BBR_PROBE_RTT_MS 200
 /* Below this pacing rate (bit/s) send single-packet TSO bursts. */
 #define BBR_MIN_TSO_RATE_BPS 1200000
-/* Pace 1 % below the estimate so the bottleneck queue can drain. */
-#define BBR_PACING_MARGIN_PCT 1
 /* 2/ln(2): the smallest gain that doubles the delivery rate every round. */
 #define BBR_HIGH_GAIN (BBR_UNIT * 2885 / 1000 + 1)
 /* ln(2)/2: the inverse, to drain one STARTUP's queue in about one round. */
@@ -307,34 +302,11 @@ static __always_inline u32 bbr_extra_acked(const struct bbr *bbr)
 	return max(bbr->extra_acked_0, bbr->extra_acked_1);
 }
 
-/* a x b, or ~0 where it would wrap.  The bound is hidden from clang, which
- * would otherwise turn the test into a 128-bit multiply BPF does not have. */
-static __always_inline u64 bbr_mul_sat(u64 a, u64 b)
-{
-	u64 max = ~0ULL;
-
-	asm volatile("" : "+r"(max));
-	return b && a > max / b ? ~0ULL : a * b;
-}
-
-/* bw (BW_UNIT pkts/us) x gain -> bytes/s, less the pacing margin.  tcp_bbr.c's
- * arithmetic, saturating at ~0 (unpaced, capped below by sk_max_pacing_rate)
- * where it would wrap: a variant's gains (patched_bbr: up to 32 x 1.25 on a
- * bandwidth itself corrected up to 32x) wrap the u64 product for delivery
- * rates of a few Gbit/s.  Below that the result is the same bit for bit. */
+/* bw (BW_UNIT pkts/us) x gain -> bytes/s, less the pacing margin, saturating
+ * at ~0 where tcp_bbr.c's u64 arithmetic would wrap (bbr_rate.h). */
 static u64 bbr_rate_bytes_per_sec(struct sock *sk, u64 rate, u32 gain)
 {
-	u32 mss = tcp_sk(sk)->mss_cache;
-
-	rate = bbr_mul_sat(rate, mss);
-	rate = bbr_mul_sat(rate, gain);
-	if (rate == ~0ULL)
-		return rate;
-	rate >>= BBR_SCALE;
-	rate = bbr_mul_sat(rate, USEC_PER_SEC / 100 * (100 - BBR_PACING_MARGIN_PCT));
-	if (rate == ~0ULL)
-		return rate;
-	return rate >> BW_SCALE;
+	return bbr_rate_of(rate, tcp_sk(sk)->mss_cache, gain);
 }
 
 static unsigned long bbr_bw_to_pacing_rate(struct sock *sk, u32 bw, u32 gain)

@@ -44,6 +44,7 @@ fn main() -> Result<()> {
     println!("cargo:rerun-if-changed=../../.git/refs/heads");
 
     params_table(&bpf_dir, &out_dir)?;
+    host_program(&bpf_dir, &out_dir, "rate_probe")?;
 
     bindgen::Builder::default()
         .header(bpf_dir.join("ccctl_abi.h").to_string_lossy())
@@ -53,6 +54,25 @@ fn main() -> Result<()> {
         .generate()
         .context("bindgen on bpf/ccctl_abi.h")?
         .write_to_file(out_dir.join("abi.rs"))?;
+    Ok(())
+}
+
+/// `build/NAME.c` compiled for the host into OUT_DIR/NAME, with `bpf/` on
+/// the include path: a test's window onto BPF-side C that has no kernel
+/// types (`rate_probe`: bbr_rate.h's pacing arithmetic).
+fn host_program(bpf_dir: &std::path::Path, out_dir: &std::path::Path, name: &str) -> Result<()> {
+    let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join(format!("build/{name}.c"));
+    println!("cargo:rerun-if-changed={}", src.display());
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = std::process::Command::new(&cc)
+        .args(["-O2", "-Wall", "-Werror", "-I"])
+        .arg(bpf_dir)
+        .arg("-o")
+        .arg(out_dir.join(name))
+        .arg(&src)
+        .status()
+        .with_context(|| format!("running {cc} on {}", src.display()))?;
+    anyhow::ensure!(status.success(), "{cc} failed on {}", src.display());
     Ok(())
 }
 

@@ -23,6 +23,9 @@
 //!   struct_ops programs: the BPF cost per call. Those runs are not used
 //!   for the ratios (stats add two clock reads per BPF call that native
 //!   bbr does not pay). Targets: bpf_bbr >= 0.99x, the others >= 0.97x.
+//!   Last, the bystander cost: Cubic flows alone against Cubic flows with
+//!   patched_bbr loaded (its send-gap tracer runs on every packet the host
+//!   queues), alternating. Target >= 0.99x.
 //! - `testbed`: the lab's namespace dumbbell on the userspace path emulator
 //!   (ccctl-path), on this kernel: (1) the highest rate of a ladder (20 to
 //!   1000 Mbit/s) at which one Cubic flow gets >= 0.95x of the rate

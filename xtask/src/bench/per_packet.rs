@@ -280,7 +280,85 @@ pub fn run(bin: &Path, args: &BenchArgs) -> Result<()> {
         );
     }
     drop(stats);
-    drop(path);
     drop(loaded);
+    bystander(bin, &path, args, &mut port)?;
+    drop(path);
+    Ok(())
+}
+
+/// patched_bbr unloaded on drop (the bystander runs load it per pair).
+struct PatchedLoaded<'a>(&'a Path);
+
+impl Drop for PatchedLoaded<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = ccctl(self.0, &["unload", "patched-bbr"]) {
+            eprintln!("bench: unloading patched-bbr: {e:#}");
+        }
+    }
+}
+
+/// What patched_bbr costs traffic that does not use it: while it is loaded
+/// its send-gap tracer (tp_btf on net_dev_queue) runs on every packet any
+/// device of the host queues. Cubic flows with nothing of ours loaded
+/// against Cubic flows with patched_bbr loaded, alternating (`--reps`
+/// pairs, loaded and unloaded around each B run). Target: >= 0.99x.
+fn bystander(bin: &Path, path: &VethPath, args: &BenchArgs, port: &mut u16) -> Result<()> {
+    println!(
+        "per-packet bystander: cubic with nothing loaded against cubic with patched_bbr \
+         loaded (its tracer on every packet of the host), {} pairs, {} s per run",
+        args.reps, args.secs
+    );
+    let (mut plain, mut beside) = (Vec::new(), Vec::new());
+    for rep in 0..args.reps {
+        for loaded in [false, true] {
+            proc::bail_if_interrupted()?;
+            let guard = if loaded {
+                ccctl(bin, &["load", "patched-bbr"])?;
+                Some(PatchedLoaded(bin))
+            } else {
+                None
+            };
+            let f = path.flow("cubic", args.secs, *port)?;
+            *port += 1;
+            drop(guard);
+            println!(
+                "  run {}: cubic, patched_bbr {:<8} {:6.3} Gbit/s, CPU {:5.2} s",
+                rep + 1,
+                if loaded { "loaded" } else { "unloaded" },
+                f.bits_per_s / 1e9,
+                f.cpu_busy_s
+            );
+            if loaded {
+                beside.push(f);
+            } else {
+                plain.push(f);
+            }
+        }
+    }
+    let tput = |r: &[Flow]| mean(&r.iter().map(|f| f.bits_per_s).collect::<Vec<_>>());
+    let cpu = |r: &[Flow]| {
+        mean(
+            &r.iter()
+                .map(|f| f.cpu_busy_s / (f.bytes / 1e9))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut pairs: Vec<f64> = plain
+        .iter()
+        .zip(&beside)
+        .map(|(p, b)| b.bits_per_s / p.bits_per_s)
+        .collect();
+    let shown: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
+    pairs.sort_by(f64::total_cmp);
+    println!(
+        "per-packet bystander: cubic beside patched_bbr {:.3} vs alone {:.3} Gbit/s: throughput \
+         ratio {:.3}, median of pairs {:.3} (pairs {}), CPU-per-byte ratio {:.3} (target >= 0.99x)",
+        tput(&beside) / 1e9,
+        tput(&plain) / 1e9,
+        tput(&beside) / tput(&plain),
+        median(&pairs),
+        shown.join(" "),
+        cpu(&beside) / cpu(&plain)
+    );
     Ok(())
 }

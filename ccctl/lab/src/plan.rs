@@ -11,7 +11,8 @@
 //!    `testbed-limited`: the testbed, not the algorithm, is the bottleneck
 //!    (an emulated CPU that cannot keep up looks like an inefficient
 //!    congestion control otherwise).
-//! 2. **main** runs: each match-up x each repetition.
+//! 2. **main** runs: each match-up x each repetition, repetition-major
+//!    (A B A B: a drift of the testbed hits every match-up alike).
 //! 3. **baselines** (unless `baselines = false`), once per link and shared by
 //!    every match-up and repetition on it:
 //!    - `solo`: each distinct flow (cc, RTT, duration) alone on the link, the
@@ -216,9 +217,16 @@ pub fn plan(sc: &Scenario) -> Plan {
 
         let mut wanted_solo: Vec<FlowPlan> = Vec::new();
         let mut wanted_same: Vec<(usize, Vec<FlowPlan>)> = Vec::new();
-        for (m, groups) in sc.matchups().into_iter().enumerate() {
-            let flows = sc.flow_plans(groups, &link);
-            for rep in 0..sc.repetitions {
+        let matchups: Vec<Vec<FlowPlan>> = sc
+            .matchups()
+            .into_iter()
+            .map(|groups| sc.flow_plans(groups, &link))
+            .collect();
+        // Repetition-major (A B A B ...): a drift of the testbed over the
+        // run then hits every match-up alike instead of passing for an
+        // effect of the one measured last.
+        for rep in 0..sc.repetitions {
+            for (m, flows) in matchups.iter().enumerate() {
                 push(
                     &mut jobs,
                     Job {
@@ -234,6 +242,8 @@ pub fn plan(sc: &Scenario) -> Plan {
                     },
                 );
             }
+        }
+        for (m, flows) in matchups.into_iter().enumerate() {
             if !sc.baselines {
                 continue;
             }
@@ -312,6 +322,30 @@ mod tests {
             "name = \"t\"\nduration = \"20s\"\n{extra}\n[link]\nrate = \"20mbit\"\nrtt = \"40ms\"\nbuffer = \"1bdp\"\n"
         ))
         .expect("valid scenario")
+    }
+
+    #[test]
+    fn repetitions_interleave_the_matchups() {
+        let sc = scenario(
+            "repetitions = 3\nbaselines = false\n[sweep]\nflows = [\"cubic:1, reno:1\", \"bbr:1, cubic:1\"]",
+        );
+        let order: Vec<(u32, Option<usize>)> = plan(&sc)
+            .jobs
+            .iter()
+            .filter(|j| j.kind == JobKind::Main)
+            .map(|j| (j.repetition, j.matchup))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (0, Some(0)),
+                (0, Some(1)),
+                (1, Some(0)),
+                (1, Some(1)),
+                (2, Some(0)),
+                (2, Some(1))
+            ]
+        );
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub fn reproduce_quick_reports_what_its_parquet_files_hold(ran_on: &str) {
     let testbed = row(&report, "fabric-fig6-fqcodel");
     assert_eq!(testbed[1], ran_on, "ran on: {testbed:?}");
     assert_eq!(testbed[4], "complete", "status: {testbed:?}");
-    // Headline rows: 10 cells each; only the fq_codel one measured here.
+    // Headline rows: 11 cells each; only the fq_codel one measured here.
     let ids: Vec<&str> = report
         .lines()
         .skip_while(|l| !l.starts_with("## Headlines"))
@@ -79,14 +79,14 @@ pub fn reproduce_quick_reports_what_its_parquet_files_hold(ran_on: &str) {
     assert!(ids.len() >= 20, "headline rows: {ids:?}");
     for id in &ids {
         let cells = row(&report, id);
-        assert_eq!(cells.len(), 10, "{id}: {cells:?}");
+        assert_eq!(cells.len(), 11, "{id}: {cells:?}");
         if *id == "fabric-fig6c-fqcodel" {
             assert!(
-                ["**reproduced**", "**partly**", "**not**"].contains(&cells[8]),
+                ["**reproduced**", "**partly**", "**not**"].contains(&cells[9]),
                 "{cells:?}"
             );
         } else {
-            assert_eq!(cells[8], "**not measured**", "{id} was not run: {cells:?}");
+            assert_eq!(cells[9], "**not measured**", "{id} was not run: {cells:?}");
         }
     }
 
@@ -120,9 +120,15 @@ pub fn reproduce_quick_reports_what_its_parquet_files_hold(ran_on: &str) {
         "REPORT.md says {} but summary.parquet's goodputs give Jain's index {jfi}",
         cells[5]
     );
-    assert!(cells[6].ends_with("(1)"), "one case: {}", cells[6]);
+    // One case: its 95 % interval is the point itself.
+    assert_eq!(
+        cells[6],
+        format!("{}..{}", cells[5], cells[5]),
+        "interval of one case"
+    );
+    assert!(cells[7].ends_with("(1)"), "one case: {}", cells[7]);
     // The paper's ~1.0: the ratio column is ours / 1.0.
-    assert!(same_to_print(cells[7], jfi), "ratio {}", cells[7]);
+    assert!(same_to_print(cells[8], jfi), "ratio {}", cells[8]);
     // report.json carries the unrounded number.
     let json: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("report.json")).expect("report.json"),

@@ -42,6 +42,10 @@ pub struct ReproduceArgs {
     /// Only (re)write REPORT.md from what --out holds; run nothing.
     #[arg(long, requires = "out")]
     pub report_only: bool,
+    /// Also write the report to docs/reproduction.md (its plots to
+    /// docs/reproduction/), headed by the date, the commits and the command.
+    #[arg(long)]
+    pub docs: bool,
 }
 
 #[derive(serde::Deserialize)]
@@ -99,7 +103,11 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
     if args.report_only {
-        return report(&ccctl, &out);
+        let code = report(&ccctl, &out)?;
+        if args.docs {
+            write_docs(&root, &out)?;
+        }
+        return Ok(code);
     }
 
     // suite.json: the mode and the parts run into this directory.
@@ -230,6 +238,9 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     }
     std::fs::write(&suite_path, serde_json::to_string_pretty(&suite)? + "\n")?;
     let code = report(&ccctl, &out)?;
+    if args.docs {
+        write_docs(&root, &out)?;
+    }
     if !failed.is_empty() {
         eprintln!("reproduce: failed: {}", failed.join(", "));
         return Ok(1);
@@ -245,4 +256,119 @@ fn report(ccctl: &Path, out: &Path) -> Result<i32> {
     )?;
     println!("reproduce: report in {}", out.join("REPORT.md").display());
     Ok(0)
+}
+
+/// docs/reproduction.md from `out`'s REPORT.md: a header saying when, from
+/// which commits, with which command and how long each scenario took (from
+/// each scenario's metadata.json and suite.json), then the report as the
+/// command wrote it, its plots copied to docs/reproduction/ and linked
+/// there. Nothing in it is typed by hand; the reading of the numbers goes
+/// to docs/notebook/.
+fn write_docs(root: &Path, out: &Path) -> Result<()> {
+    let report = std::fs::read_to_string(out.join("REPORT.md"))
+        .with_context(|| format!("reading {}", out.join("REPORT.md").display()))?;
+    let suite: serde_json::Value = std::fs::read_to_string(out.join("suite.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let plots_dir = root.join("docs/reproduction");
+    std::fs::create_dir_all(&plots_dir)
+        .with_context(|| format!("creating {}", plots_dir.display()))?;
+    let mut commits = std::collections::BTreeSet::new();
+    let mut started = f64::INFINITY;
+    let mut finished: f64 = 0.0;
+    let mut body = report.clone();
+    for entry in std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
+        let dir = entry?.path();
+        let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::read_to_string(dir.join("metadata.json")) else {
+            continue;
+        };
+        let meta: serde_json::Value = serde_json::from_str(&meta)
+            .with_context(|| format!("parsing {}", dir.join("metadata.json").display()))?;
+        if let Some(c) = meta["git_commit"].as_str() {
+            commits.insert(c.to_string());
+        }
+        if let Some(t) = meta["started_unix"].as_f64() {
+            started = started.min(t);
+        }
+        if let Some(t) = meta["finished_unix"].as_f64() {
+            finished = finished.max(t);
+        }
+        let Ok(rd) = std::fs::read_dir(dir.join("plots")) else {
+            continue;
+        };
+        for png in rd.flatten() {
+            let file = png.file_name().to_string_lossy().into_owned();
+            if !file.ends_with(".png") {
+                continue;
+            }
+            let to = format!("{name}-{file}");
+            std::fs::copy(png.path(), plots_dir.join(&to))
+                .with_context(|| format!("copying {}", png.path().display()))?;
+            body = body.replace(
+                &format!("({name}/plots/{file})"),
+                &format!("(reproduction/{to})"),
+            );
+        }
+    }
+    let stamp = |t: f64| -> Result<String> {
+        Ok(proc::capture(Command::new("date").args([
+            "-u",
+            "-d",
+            &format!("@{}", t as i64),
+            "+%Y-%m-%d %H:%M UTC",
+        ]))?
+        .trim()
+        .to_string())
+    };
+    let when = if started.is_finite() && finished > 0.0 {
+        format!("{} to {}", stamp(started)?, stamp(finished)?)
+    } else {
+        "unknown".into()
+    };
+    let parts: Vec<String> = suite["parts"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    format!(
+                        "{} {:.0} s{}",
+                        p["scenario"].as_str().unwrap_or("?"),
+                        p["wall_secs"].as_f64().unwrap_or(0.0),
+                        if p["ok"].as_bool() == Some(false) {
+                            " (failed)"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mode = if suite["quick"].as_bool() == Some(true) {
+        " --quick"
+    } else {
+        ""
+    };
+    let header = format!(
+        "<!-- Generated by `cargo xtask reproduce --docs`: do not edit; the reading of these numbers \
+         is in docs/notebook/. -->\n\n\
+         Measured {when}, commit(s) {}, with `cargo xtask reproduce{mode} --out {}` (the directory \
+         holds every run: metadata.json, summary.parquet, per-flow samples). Wall time per \
+         scenario run (a scenario resumed later shows each part): {}.\n\n",
+        commits.into_iter().collect::<Vec<_>>().join(", "),
+        out.display(),
+        if parts.is_empty() { "not recorded".to_string() } else { parts.join(", ") },
+    );
+    let text = match body.split_once('\n') {
+        Some((title, rest)) => format!("{title}\n\n{header}{}", rest.trim_start()),
+        None => header + &body,
+    };
+    let path = root.join("docs/reproduction.md");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    println!("reproduce: wrote {}", path.display());
+    Ok(())
 }

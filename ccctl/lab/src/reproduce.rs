@@ -15,7 +15,7 @@
 //!
 //! [`report`] reads every scenario directory of a reproduction directory and
 //! writes `REPORT.md` (and `report.json`, the same numbers unrounded).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -736,8 +736,13 @@ fn run_matches(data: &ScenarioData, runs: &Runs, run_id: u32) -> bool {
             .is_some_and(|r| runs.buffers.is_empty() || runs.buffers.contains(&r.buffer.as_str()))
 }
 
-/// A value per case.
-fn values(all: &BTreeMap<String, ScenarioData>, v: &Value) -> Result<BTreeMap<Case, f64>, String> {
+/// A value per case, and the cases left out because a run they read was
+/// testbed-limited (its link's reference Cubic flow or paced reference
+/// below 85 % of the rate): those are listed, never used.
+fn values(
+    all: &BTreeMap<String, ScenarioData>,
+    v: &Value,
+) -> Result<(BTreeMap<Case, f64>, BTreeSet<Case>), String> {
     let runs = match v {
         Value::Flows { runs, .. } | Value::Run { runs, .. } => runs,
     };
@@ -745,11 +750,16 @@ fn values(all: &BTreeMap<String, ScenarioData>, v: &Value) -> Result<BTreeMap<Ca
         .get(runs.scenario)
         .ok_or_else(|| format!("scenario {} was not run", runs.scenario))?;
     let mut per_case: BTreeMap<Case, Vec<f64>> = BTreeMap::new();
+    let mut excluded = BTreeSet::new();
     for r in &data.rows {
         if r.kind != "main" || !run_matches(data, runs, r.run_id) {
             continue;
         }
         let case = (r.link_index, r.repetition);
+        if r.testbed_limited {
+            excluded.insert(case);
+            continue;
+        }
         match v {
             Value::Run { column, .. } if r.level == "run" => {
                 if let Some(x) = r.values[column] {
@@ -773,49 +783,52 @@ fn values(all: &BTreeMap<String, ScenarioData>, v: &Value) -> Result<BTreeMap<Ca
             _ => {}
         }
     }
-    Ok(per_case
-        .into_iter()
-        .map(|(k, xs)| (k, xs.iter().sum::<f64>() / xs.len() as f64))
-        .collect())
+    Ok((
+        per_case
+            .into_iter()
+            .filter(|(k, _)| !excluded.contains(k))
+            .map(|(k, xs)| (k, xs.iter().sum::<f64>() / xs.len() as f64))
+            .collect(),
+        excluded,
+    ))
 }
 
-/// Whether any run a metric reads was on a link the reference Cubic flow
-/// found testbed-limited (below 85 % of the rate).
-fn testbed_limited(all: &BTreeMap<String, ScenarioData>, m: &Metric) -> bool {
-    let vals: Vec<&Value> = match m {
-        Metric::Value(v) => vec![v],
-        Metric::Ratio(a, b) | Metric::ShareAtLeast(a, b, _) => vec![a, b],
-    };
-    vals.into_iter().any(|v| {
-        let (Value::Flows { runs, .. } | Value::Run { runs, .. }) = v;
-        all.get(runs.scenario).is_some_and(|d| {
-            d.rows
-                .iter()
-                .any(|r| r.kind == "main" && r.testbed_limited && run_matches(d, runs, r.run_id))
-        })
-    })
-}
-
-/// A headline's result: mean over cases, its spread, the cases.
+/// A headline's result: the statistic over cases, its 95 % interval, the
+/// cases' spread, and the cases left out.
 #[derive(Debug, Clone, Serialize)]
 pub struct Measured {
     pub id: String,
     pub value: Option<f64>,
+    /// 95 % bootstrap interval of `value` over the cases (percentile
+    /// method, [`BOOTSTRAP_RESAMPLES`] resamples, seeded by the headline's
+    /// id so a report is reproducible).
+    pub ci_low: Option<f64>,
+    pub ci_high: Option<f64>,
+    /// The per-case values' range (for a share, the per-case ratios').
     pub min: Option<f64>,
     pub max: Option<f64>,
     pub cases: usize,
     pub ratio_to_paper: Option<f64>,
-    pub testbed_limited: bool,
+    /// Cases (`link L, repetition R`) left out as testbed-limited.
+    pub excluded: Vec<String>,
     pub verdict: String,
     pub reason: String,
 }
 
-fn paired(all: &BTreeMap<String, ScenarioData>, a: &Value, b: &Value) -> Result<Vec<f64>, String> {
-    let (va, vb) = (values(all, a)?, values(all, b)?);
-    Ok(va
+/// Bootstrap resamples per interval.
+pub const BOOTSTRAP_RESAMPLES: usize = 4000;
+
+fn paired(
+    all: &BTreeMap<String, ScenarioData>,
+    a: &Value,
+    b: &Value,
+) -> Result<(Vec<f64>, BTreeSet<Case>), String> {
+    let ((va, ea), (vb, eb)) = (values(all, a)?, values(all, b)?);
+    let ratios = va
         .iter()
         .filter_map(|(k, x)| vb.get(k).filter(|y| **y != 0.0).map(|y| x / y))
-        .collect())
+        .collect();
+    Ok((ratios, ea.union(&eb).copied().collect()))
 }
 
 fn within(x: f64, (lo, hi): (f64, f64)) -> bool {
@@ -839,91 +852,151 @@ pub fn num(x: f64) -> String {
     format!("{x:.digits$}")
 }
 
-fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
-    let xs = match &h.metric {
-        Metric::Value(v) => values(all, v).map(|m| m.into_values().collect::<Vec<_>>()),
-        Metric::Ratio(a, b) => paired(all, a, b),
-        Metric::ShareAtLeast(a, b, t) => paired(all, a, b).map(|r| {
-            if r.is_empty() {
-                r
-            } else {
-                vec![r.iter().filter(|x| **x >= *t).count() as f64 / r.len() as f64]
-            }
-        }),
-    };
-    let (xs, missing) = match xs {
-        Ok(xs) if !xs.is_empty() => (xs, None),
-        Ok(_) => (
-            Vec::new(),
-            Some("no runs matched in the results".to_string()),
-        ),
-        Err(e) => (Vec::new(), Some(e)),
-    };
-    if let Some(why) = missing {
-        return Measured {
-            id: h.id.into(),
-            value: None,
-            min: None,
-            max: None,
-            cases: 0,
-            ratio_to_paper: None,
-            testbed_limited: false,
-            verdict: "not measured".into(),
-            reason: why,
-        };
+/// The 95 % percentile-bootstrap interval of `stat` over `xs`: resample
+/// the cases with replacement, `resamples` times, with a xorshift stream
+/// seeded from `seed`; the 2.5th and 97.5th percentiles of the statistic.
+/// One case gives the point itself.
+pub fn bootstrap_ci(
+    xs: &[f64],
+    stat: &dyn Fn(&[f64]) -> f64,
+    resamples: usize,
+    seed: u64,
+) -> (f64, f64) {
+    if xs.len() < 2 {
+        let x = stat(xs);
+        return (x, x);
     }
-    let cases = match &h.metric {
-        Metric::ShareAtLeast(a, b, _) => paired(all, a, b).map(|r| r.len()).unwrap_or(0),
-        _ => xs.len(),
+    let mut state = seed | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
     };
-    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
-    let min = xs.iter().cloned().fold(INF, f64::min);
-    let max = xs.iter().cloned().fold(-INF, f64::max);
-    let (verdict, reason) = if within(mean, h.reproduced) {
+    let mut sample = vec![0.0; xs.len()];
+    let mut stats: Vec<f64> = (0..resamples)
+        .map(|_| {
+            for s in sample.iter_mut() {
+                *s = xs[(next() % xs.len() as u64) as usize];
+            }
+            stat(&sample)
+        })
+        .collect();
+    stats.sort_by(f64::total_cmp);
+    let at = |q: f64| stats[((q * (resamples - 1) as f64).round() as usize).min(resamples - 1)];
+    (at(0.025), at(0.975))
+}
+
+/// FNV-1a of a headline's id: its bootstrap seed.
+fn seed_of(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The verdict from the interval: reproduced when it lies within the
+/// reproduced band, not when it lies wholly outside the partly band (the
+/// effect's direction), partly otherwise (the direction without the size,
+/// or an interval too wide to decide).
+fn verdict(h: &Headline, lo: f64, hi: f64) -> (&'static str, String) {
+    let ci = format!("95 % interval {}..{}", num(lo), num(hi));
+    if within(lo, h.reproduced) && within(hi, h.reproduced) {
         (
             "reproduced",
-            format!(
-                "{} is in the reproduced band {}",
-                num(mean),
-                band(h.reproduced)
-            ),
+            format!("{ci} lies in the reproduced band {}", band(h.reproduced)),
         )
-    } else if within(mean, h.partly) {
+    } else if hi < h.partly.0 || lo > h.partly.1 {
         (
-            "partly",
+            "not",
             format!(
-                "{} has the effect's direction ({}) but not its size ({})",
-                num(mean),
-                band(h.partly),
-                band(h.reproduced)
+                "{ci} lies outside {} (the effect's direction)",
+                band(h.partly)
             ),
         )
     } else {
         (
-            "not",
+            "partly",
             format!(
-                "{} is outside {} (reproduced) and {} (partly)",
-                num(mean),
-                band(h.reproduced),
-                band(h.partly)
+                "{ci} meets {} (the effect's direction) but not wholly {} (its size)",
+                band(h.partly),
+                band(h.reproduced)
             ),
         )
+    }
+}
+
+fn measure(all: &BTreeMap<String, ScenarioData>, h: &Headline) -> Measured {
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+    let per_case = match &h.metric {
+        Metric::Value(v) => values(all, v).map(|(m, e)| (m.into_values().collect::<Vec<_>>(), e)),
+        Metric::Ratio(a, b) | Metric::ShareAtLeast(a, b, _) => paired(all, a, b),
     };
-    let limited = testbed_limited(all, &h.metric);
+    let threshold = match &h.metric {
+        Metric::ShareAtLeast(_, _, t) => Some(*t),
+        _ => None,
+    };
+    let share = move |xs: &[f64]| {
+        let t = threshold.unwrap_or(INF);
+        xs.iter().filter(|x| **x >= t).count() as f64 / xs.len().max(1) as f64
+    };
+    let stat: &dyn Fn(&[f64]) -> f64 = if threshold.is_some() { &share } else { &mean };
+    let (xs, excluded, missing) = match per_case {
+        Ok((xs, e)) if !xs.is_empty() => (xs, e, None),
+        Ok((_, e)) if !e.is_empty() => (
+            Vec::new(),
+            e,
+            Some("every case was testbed-limited".to_string()),
+        ),
+        Ok((_, e)) => (
+            Vec::new(),
+            e,
+            Some("no runs matched in the results".to_string()),
+        ),
+        Err(e) => (Vec::new(), BTreeSet::new(), Some(e)),
+    };
+    let excluded: Vec<String> = excluded
+        .iter()
+        .map(|(l, r)| format!("link {l}, repetition {r}"))
+        .collect();
+    if let Some(why) = missing {
+        return Measured {
+            id: h.id.into(),
+            value: None,
+            ci_low: None,
+            ci_high: None,
+            min: None,
+            max: None,
+            cases: 0,
+            ratio_to_paper: None,
+            excluded,
+            verdict: "not measured".into(),
+            reason: why,
+        };
+    }
+    let value = stat(&xs);
+    let (lo, hi) = bootstrap_ci(&xs, stat, BOOTSTRAP_RESAMPLES, seed_of(h.id));
+    let min = xs.iter().cloned().fold(INF, f64::min);
+    let max = xs.iter().cloned().fold(-INF, f64::max);
+    let (verdict, reason) = verdict(h, lo, hi);
     Measured {
         id: h.id.into(),
-        value: Some(mean),
+        value: Some(value),
+        ci_low: Some(lo),
+        ci_high: Some(hi),
         min: Some(min),
         max: Some(max),
-        cases,
-        ratio_to_paper: Some(mean / h.paper),
-        testbed_limited: limited,
-        verdict: verdict.into(),
-        reason: if limited {
-            format!("testbed-limited link (reference Cubic or paced BBR < 85 %): {reason}")
-        } else {
+        cases: xs.len(),
+        ratio_to_paper: Some(value / h.paper),
+        reason: if excluded.is_empty() {
             reason
+        } else {
+            format!(
+                "{reason}; {} testbed-limited case(s) left out",
+                excluded.len()
+            )
         },
+        excluded,
+        verdict: verdict.into(),
     }
 }
 
@@ -967,7 +1040,11 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
         out,
         "Mode: {}. Numbers computed from each scenario's `summary.parquet` by `ccctl lab reproduction report` \
          (headline table: `ccctl/lab/src/reproduce.rs`). A value is the mean over cases (one case = one link \
-         setting x repetition of the scenario); `spread` is their min..max; `ratio` is ours / the paper's.\n",
+         setting x repetition of the scenario; for a share, the share of cases), with its 95 % interval \
+         (percentile bootstrap over the cases, {BOOTSTRAP_RESAMPLES} resamples); `spread` is the cases' \
+         min..max; `ratio` is ours / the paper's. The verdict reads the interval: reproduced when it lies in \
+         the reproduced band, not when it lies outside the partly band (the effect's direction), partly \
+         otherwise. A case whose run was testbed-limited is left out and listed.\n",
         if quick { "`--quick`" } else { "full" }
     );
     let _ = writeln!(out, "## Testbed\n");
@@ -1017,13 +1094,13 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     let _ = writeln!(out, "## Headlines\n");
     let _ = writeln!(
         out,
-        "| id | seed, figure | claim | metric | paper | ours | spread (cases) | ratio | verdict | reason |"
+        "| id | seed, figure | claim | metric | paper | ours | 95 % interval | spread (cases) | ratio | verdict | reason |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     for (h, m) in HEADLINES.iter().zip(&measured) {
         let _ = writeln!(
             out,
-            "| {} | {} {} | {} | {} | {} | {} | {} | {} | **{}** | {} |",
+            "| {} | {} {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {} |",
             h.id,
             h.seed,
             h.figure,
@@ -1031,6 +1108,10 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
             h.metric_text,
             h.paper_text,
             m.value.map(num).unwrap_or_else(|| "-".into()),
+            match (m.ci_low, m.ci_high) {
+                (Some(a), Some(b)) => format!("{}..{}", num(a), num(b)),
+                _ => "-".into(),
+            },
             match (m.min, m.max) {
                 (Some(a), Some(b)) => format!("{}..{} ({})", num(a), num(b), m.cases),
                 _ => "-".into(),
@@ -1039,6 +1120,21 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
             m.verdict,
             m.reason
         );
+    }
+    let excluded: Vec<String> = HEADLINES
+        .iter()
+        .zip(&measured)
+        .filter(|(_, m)| !m.excluded.is_empty())
+        .map(|(h, m)| format!("- {}: {}", h.id, m.excluded.join("; ")))
+        .collect();
+    let _ = writeln!(out, "\n## Left out as testbed-limited\n");
+    if excluded.is_empty() {
+        let _ = writeln!(
+            out,
+            "No case: every run a headline reads was on a healthy link."
+        );
+    } else {
+        let _ = writeln!(out, "{}", excluded.join("\n"));
     }
     let _ = writeln!(out, "\n## Plots\n");
     for (name, d) in &all {
@@ -1131,6 +1227,11 @@ mod tests {
             ("main", 5, 1, "reno", 0.5),
             ("main", 6, 1, "bbr", 0.0),
             ("main", 6, 1, "cubic", 0.6),
+            // Link 2 was testbed-limited: its ratio 0.1/0.9 must not count.
+            ("main", 7, 2, "cubic", 0.1),
+            ("main", 7, 2, "reno", 0.9),
+            ("main", 8, 2, "bbr", 0.0),
+            ("main", 8, 2, "cubic", 0.1),
         ];
         let n = rows.len();
         let s = |f: &dyn Fn(&R) -> String| -> Vec<String> { rows.iter().map(f).collect() };
@@ -1152,7 +1253,10 @@ mod tests {
             Column::new("repetition".into(), vec![0u32; n]),
             Column::new("flow_rtt_ms".into(), vec![100.0; n]),
             Column::new("schedule_theta".into(), none.clone()),
-            Column::new("testbed_limited".into(), vec![false; n]),
+            Column::new(
+                "testbed_limited".into(),
+                rows.iter().map(|r| r.2 == 2).collect::<Vec<_>>(),
+            ),
             Column::new("harm_tput".into(), harm),
         ];
         for c in VALUE_COLUMNS.iter().filter(|c| **c != "harm_tput") {
@@ -1180,12 +1284,58 @@ mod tests {
             "{mean}"
         );
         assert_eq!(mean["cases"], 2);
+        assert_eq!(
+            mean["excluded"],
+            serde_json::json!(["link 2, repetition 0"]),
+            "{mean}"
+        );
+        // Two cases, 1.2 and 2.0: the bootstrap means lie in 1.2..2.0.
+        assert!((mean["ci_low"].as_f64().expect("ci") - 1.2).abs() < 1e-12);
+        assert!((mean["ci_high"].as_f64().expect("ci") - 2.0).abs() < 1e-12);
         assert!((mean["min"].as_f64().expect("min") - 1.2).abs() < 1e-12);
         assert_eq!(mean["verdict"], "reproduced");
         assert_eq!(get("harm-fig7-ge1.6")["value"], 0.5);
         assert_eq!(get("harm-fig7-ge2")["value"], 0.5);
         assert_eq!(get("modest-fig2-tput")["verdict"], "not measured");
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bootstrap_interval_holds_the_mean_and_narrows_with_cases() {
+        let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+        assert_eq!(bootstrap_ci(&[3.0], &mean, 1000, 1), (3.0, 3.0));
+        assert_eq!(bootstrap_ci(&[2.0; 7], &mean, 1000, 1), (2.0, 2.0));
+        // 10 cases 0..9 (mean 4.5, sd 3.03): the mean's 95 % interval is
+        // about 4.5 +- 1.96 x 3.03 / sqrt(10) = 2.6..6.4.
+        let ten: Vec<f64> = (0..10).map(f64::from).collect();
+        let (lo, hi) = bootstrap_ci(&ten, &mean, 4000, 7);
+        assert!(
+            (2.0..3.2).contains(&lo) && (5.8..7.0).contains(&hi),
+            "{lo}..{hi}"
+        );
+        // 40 cases of the same spread: about half as wide.
+        let forty: Vec<f64> = (0..40).map(|i| f64::from(i % 10)).collect();
+        let (lo4, hi4) = bootstrap_ci(&forty, &mean, 4000, 7);
+        assert!(
+            hi4 - lo4 < 0.65 * (hi - lo),
+            "{lo4}..{hi4} against {lo}..{hi}"
+        );
+        // Seeded: the same interval twice.
+        assert_eq!(bootstrap_ci(&ten, &mean, 4000, 7), (lo, hi));
+    }
+
+    #[test]
+    fn verdict_reads_the_interval() {
+        let h = HEADLINES
+            .iter()
+            .find(|h| h.id == "modest-fig2-tput")
+            .expect("headline");
+        // reproduced 7..28, partly >= 1.5
+        assert_eq!(verdict(h, 8.0, 20.0).0, "reproduced");
+        assert_eq!(verdict(h, 5.0, 20.0).0, "partly", "straddles 7");
+        assert_eq!(verdict(h, 2.0, 4.0).0, "partly");
+        assert_eq!(verdict(h, 1.0, 2.0).0, "partly", "meets the direction");
+        assert_eq!(verdict(h, 0.5, 1.4).0, "not");
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub fn rate_and_queue_limits_hold() {
     );
     assert_eq!(st.max_backlog, 37, "the queue's packet limit");
     assert!(st.dropped > 0, "Cubic never overflowed 37 packets");
+    assert_eq!(
+        st.socket_drops, 0,
+        "packets lost at the emulator's sockets, outside the emulated queue"
+    );
     drop(tb);
 
     // A limit in bytes: 40 full frames' worth less a little.
@@ -367,4 +371,40 @@ pub fn random_loss_follows_its_probability_and_changes_live() {
     assert_eq!(got0, sent0, "losses after set_loss(0)");
     assert_eq!(st0.random_losses, st.random_losses);
     assert!(tb.set_loss(1.0).is_err(), "a probability of 1 is refused");
+}
+
+/// Packets the kernel drops at the emulator's AF_PACKET sockets (it fell
+/// behind) are counted, not lost silently: with the sockets' receive
+/// buffers cut to 8 KB (three frames) a Cubic flow's bursts overflow them
+/// and `socket_drops` counts them; at the size the path sets (32 MiB) the
+/// same flow loses none there. With the kernel's default buffer, a Cubic
+/// flow at 500 Mbit/s on a busy machine lost 207-12045 packets a run there
+/// and carried 218-274 Mbit/s; with 32 MiB, 0 and 454-462 Mbit/s
+/// (2026-11-25, docs/notebook/2026-11-25-host-path-emulator.md).
+pub fn socket_drops_are_counted() {
+    let rate = 50_000_000u64;
+    let rtt = Duration::from_millis(20);
+    let cfg = TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+        .with_rtts(&[rtt])
+        .userspace();
+    let tb = testbed(cfg);
+    let emu = tb.path_emulator().expect("a userspace path");
+    iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(3))).expect("flow");
+    let big = emu.stats().socket_drops;
+    emu.set_socket_receive_buffer(4096)
+        .expect("shrinking the sockets' buffers");
+    let r = iperf::run_flow(&tb, &FlowSpec::new(0, "cubic", Duration::from_secs(3))).expect("flow");
+    let small = emu.stats().socket_drops - big;
+    println!(
+        "socket drops: {big} with 32 MiB buffers; {small} with 8 KB (cubic {:.2} Mbit/s)",
+        mbit(r.goodput_bps)
+    );
+    assert_eq!(
+        big, 0,
+        "drops at the sockets with the path's own buffer size"
+    );
+    assert!(
+        small > 0,
+        "8 KB socket buffers under a Cubic flow dropped nothing: drops are not counted"
+    );
 }

@@ -926,6 +926,11 @@ mod path {
     }
 
     #[test]
+    fn socket_drops_are_counted() {
+        crate::common::path::socket_drops_are_counted();
+    }
+
+    #[test]
     fn only_our_addresses_ipv4_and_ipv6() {
         path::only_our_addresses(false);
         path::only_our_addresses(true);

@@ -239,7 +239,10 @@ pub fn analyze(plan: &Plan, records: &[JobRecord]) -> Analysis {
             repetition: job.repetition,
             duration_s: job.duration.as_secs_f64(),
             reference_bps: cal.and_then(|c| c.reference_bps),
-            testbed_limited: cal.is_none_or(|c| c.testbed_limited),
+            // A link the references found short, or a run the emulator
+            // fell behind in (packets dropped before the emulated path).
+            testbed_limited: cal.is_none_or(|c| c.testbed_limited)
+                || rec.path.as_ref().is_some_and(|p| p.socket_drops > 0),
             ..Default::default()
         };
         let goodputs: Vec<f64> = ms.iter().filter_map(|m| m.goodput_bps).collect();

@@ -108,6 +108,9 @@ pub struct PathUsage {
     /// Packets the userspace path's loss list and random loss dropped.
     pub listed_losses: u64,
     pub random_losses: u64,
+    /// Packets the kernel dropped at the emulator's sockets before the
+    /// emulated path saw them (it fell behind): the run is testbed-limited.
+    pub socket_drops: u64,
 }
 
 /// The testbed of `job` on `path`. A bandwidth trace that no longer
@@ -244,7 +247,16 @@ pub fn run_job(
             .map_or(0.0, |c| c.cpu.as_secs_f64() / flow_secs.max(1e-9)),
         listed_losses: tb.path_stats().map_or(0, |s| s.listed_losses),
         random_losses: tb.path_stats().map_or(0, |s| s.random_losses),
+        socket_drops: tb.path_stats().map_or(0, |s| s.socket_drops),
     };
+    if path_usage.socket_drops > 0 {
+        tracing::warn!(
+            "run {}: the path emulator fell behind: the kernel dropped {} packets at its sockets \
+             (marked testbed-limited)",
+            job.id,
+            path_usage.socket_drops
+        );
+    }
     let qdiscs = qdisc_description(&tb);
     tb.destroy()?;
     let teardown_secs = wall.elapsed().as_secs_f64() - setup_secs - flow_secs;

@@ -38,6 +38,7 @@
 pub mod cells;
 pub mod frame;
 pub mod queue;
+pub mod socket;
 pub mod trace;
 
 use std::collections::HashMap;
@@ -214,6 +215,11 @@ pub struct PathStats {
     pub listed_losses: u64,
     /// Packets the sender gates held back for an Off window.
     pub gate_held: u64,
+    /// Packets the kernel dropped at the emulator's AF_PACKET sockets
+    /// before any cell saw them (the emulator fell behind): losses the
+    /// scenario did not ask for. Anything but 0 means the testbed, not
+    /// the path, shaped the run.
+    pub socket_drops: u64,
 }
 
 /// CPU time of the emulator's threads.
@@ -261,20 +267,24 @@ impl InterfaceDriver for Driver {
     type Receiver = ClosingReceiver;
 
     fn bind_cell(cell: Arc<VethCell>) -> Result<Vec<Self>, rattan_core::metal::error::MetalError> {
-        Ok(AfPacketDriver::bind_cell(cell)?
-            .into_iter()
-            .map(|inner| {
-                let (fd, sender) = (inner.raw_fd(), inner.sender());
-                Driver {
-                    fd,
-                    sender,
-                    receiver: ClosingReceiver {
-                        inner: inner.into_receiver(),
-                        fd,
-                    },
-                }
-            })
-            .collect())
+        let drivers = AfPacketDriver::bind_cell(cell)?;
+        let mut out = Vec::with_capacity(drivers.len());
+        for inner in drivers {
+            let (fd, sender) = (inner.raw_fd(), inner.sender());
+            // Owned by the receiver from here: closed if the rest fails.
+            let receiver = ClosingReceiver {
+                inner: inner.into_receiver(),
+                fd,
+            };
+            socket::enlarge_receive_buffer(fd)?;
+            socket::BOUND.with(|b| b.borrow_mut().push(fd));
+            out.push(Driver {
+                fd,
+                sender,
+                receiver,
+            });
+        }
+        Ok(out)
     }
     fn raw_fd(&self) -> i32 {
         self.fd
@@ -310,6 +320,11 @@ pub struct PathEmulator {
     shared: Shared,
     has_loss_cell: bool,
     tids: Arc<Mutex<Vec<i32>>>,
+    /// The cells' AF_PACKET sockets (owned by the cells; read for drops
+    /// while the cells run).
+    packet_fds: Vec<i32>,
+    /// Packets the kernel dropped at those sockets, summed over reads.
+    socket_drops: AtomicU64,
     /// The veth ends the AF_PACKET cells are bound to, with their peers
     /// (rattan holds weak references to the peers).
     _veths: Vec<Arc<VethCell>>,
@@ -441,6 +456,8 @@ impl PathEmulator {
             },
             has_loss_cell: spec.loss.is_some() || !spec.loss_lists.is_empty(),
             tids,
+            packet_fds: Vec::new(),
+            socket_drops: AtomicU64::new(0),
             _veths: Vec::new(),
         };
         // The AF_PACKET sockets are opened by this helper thread inside the
@@ -460,15 +477,30 @@ impl PathEmulator {
                     what: "entering the router namespace (setns)".into(),
                     source: e.into(),
                 })?;
-                build(&shared, spec, runtime.clone(), rt_cancel.clone())
+                socket::take_bound();
+                let built = build(&shared, spec, runtime.clone(), rt_cancel.clone());
+                // This thread's AF_PACKET sockets: one per veth cell.
+                let fds = socket::take_bound();
+                built.and_then(|(core, veths)| {
+                    if fds.len() == spec.senders.len() + 1 {
+                        Ok((core, veths, fds))
+                    } else {
+                        Err(Error::Config(format!(
+                            "the path bound {} AF_PACKET sockets for {} veth cells",
+                            fds.len(),
+                            spec.senders.len() + 1
+                        )))
+                    }
+                })
             })
             .join()
             .unwrap_or_else(|_| Err(Error::Config("building the cells panicked".into())))
         });
         match built {
-            Ok((core, veths)) => {
+            Ok((core, veths, fds)) => {
                 emu.core = Some(core);
                 emu._veths = veths;
+                emu.packet_fds = fds;
                 Ok(emu)
             }
             Err(e) => Err(e), // Drop stops what was started
@@ -628,7 +660,41 @@ impl PathEmulator {
             random_losses: r(&self.shared.loss.random),
             listed_losses: r(&self.shared.loss.listed),
             gate_held: r(&self.shared.gate_held),
+            socket_drops: self.socket_drops(),
         }
+    }
+
+    /// Sets every cell socket's receive buffer to `bytes` (the path sets
+    /// [`socket::RECEIVE_BUFFER_BYTES`]): for a test that needs the kernel
+    /// to drop at the emulator's sockets, to see them counted.
+    #[doc(hidden)]
+    pub fn set_socket_receive_buffer(&self, bytes: i32) -> Result<()> {
+        if self.core.is_none() {
+            return Err(Error::Config("the path is stopped".into()));
+        }
+        for &fd in &self.packet_fds {
+            socket::set_receive_buffer(fd, bytes).map_err(|e| Error::Io {
+                what: format!("resizing the receive buffer of fd {fd}"),
+                source: e,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Packets the kernel dropped at the cells' sockets so far.
+    fn socket_drops(&self) -> u64 {
+        // The fds are the cells' until the core stops; never read after.
+        if self.core.is_some() {
+            for &fd in &self.packet_fds {
+                match socket::drops_since_last(fd) {
+                    Ok(n) => {
+                        self.socket_drops.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Err(e) => tracing::warn!("reading PACKET_STATISTICS of fd {fd}: {e}"),
+                }
+            }
+        }
+        self.socket_drops.load(Ordering::Relaxed)
     }
 
     /// Changes the data path's random loss while flows run (a path built

@@ -210,30 +210,9 @@ pub fn run(bin: &Path, args: &BenchArgs) -> Result<()> {
         }
     }
     for ((_, kname, _), (native, ours)) in loaded.algos.iter().zip(&results) {
-        let tput = |r: &[Flow]| mean(&r.iter().map(|f| f.bits_per_s).collect::<Vec<_>>());
-        let cpu = |r: &[Flow]| {
-            mean(
-                &r.iter()
-                    .map(|f| f.cpu_busy_s / (f.bytes / 1e9))
-                    .collect::<Vec<_>>(),
-            )
-        };
-        let mut pairs: Vec<f64> = native
-            .iter()
-            .zip(ours)
-            .map(|(n, o)| o.bits_per_s / n.bits_per_s)
-            .collect();
-        let shown: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
-        pairs.sort_by(f64::total_cmp);
         println!(
-            "per-packet: {kname} {:.3} vs bbr {:.3} Gbit/s: throughput ratio {:.3}, median of \
-             pairs {:.3} (pairs {}), CPU-per-byte ratio {:.3}",
-            tput(ours) / 1e9,
-            tput(native) / 1e9,
-            tput(ours) / tput(native),
-            median(&pairs),
-            shown.join(" "),
-            cpu(ours) / cpu(native)
+            "per-packet: {kname} vs bbr: {}",
+            compare_pairs(native, ours)
         );
     }
 
@@ -335,6 +314,17 @@ fn bystander(bin: &Path, path: &VethPath, args: &BenchArgs, port: &mut u16) -> R
             }
         }
     }
+    println!(
+        "per-packet bystander: cubic beside patched_bbr vs alone: {} (target >= 0.99x)",
+        compare_pairs(&plain, &beside)
+    );
+    Ok(())
+}
+
+/// `b` against `a`, run in pairs: both means in Gbit/s, the ratio of the
+/// means, the median of the per-pair ratios (and each), the CPU-per-byte
+/// ratio.
+fn compare_pairs(a: &[Flow], b: &[Flow]) -> String {
     let tput = |r: &[Flow]| mean(&r.iter().map(|f| f.bits_per_s).collect::<Vec<_>>());
     let cpu = |r: &[Flow]| {
         mean(
@@ -343,22 +333,21 @@ fn bystander(bin: &Path, path: &VethPath, args: &BenchArgs, port: &mut u16) -> R
                 .collect::<Vec<_>>(),
         )
     };
-    let mut pairs: Vec<f64> = plain
+    let mut pairs: Vec<f64> = a
         .iter()
-        .zip(&beside)
-        .map(|(p, b)| b.bits_per_s / p.bits_per_s)
+        .zip(b)
+        .map(|(x, y)| y.bits_per_s / x.bits_per_s)
         .collect();
     let shown: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
     pairs.sort_by(f64::total_cmp);
-    println!(
-        "per-packet bystander: cubic beside patched_bbr {:.3} vs alone {:.3} Gbit/s: throughput \
-         ratio {:.3}, median of pairs {:.3} (pairs {}), CPU-per-byte ratio {:.3} (target >= 0.99x)",
-        tput(&beside) / 1e9,
-        tput(&plain) / 1e9,
-        tput(&beside) / tput(&plain),
+    format!(
+        "{:.3} vs {:.3} Gbit/s: throughput ratio {:.3}, median of pairs {:.3} (pairs {}), \
+         CPU-per-byte ratio {:.3}",
+        tput(b) / 1e9,
+        tput(a) / 1e9,
+        tput(b) / tput(a),
         median(&pairs),
         shown.join(" "),
-        cpu(&beside) / cpu(&plain)
-    );
-    Ok(())
+        cpu(b) / cpu(a)
+    )
 }

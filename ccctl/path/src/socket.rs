@@ -69,20 +69,7 @@ pub(crate) fn set_receive_buffer(fd: i32, want: i32) -> std::io::Result<()> {
 /// `fd`'s receive buffer as the kernel reports it (twice what was set).
 pub fn receive_buffer(fd: i32) -> std::io::Result<i32> {
     let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: fd is an open socket; v and len are valid for writing.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    get_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &mut v)?;
     Ok(v)
 }
 
@@ -93,19 +80,23 @@ pub(crate) fn drops_since_last(fd: i32) -> std::io::Result<u64> {
         tp_packets: 0,
         tp_drops: 0,
     };
-    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-    // SAFETY: fd is an open AF_PACKET socket; st and len are valid for writing.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            (&mut st as *mut libc::tpacket_stats).cast(),
-            &mut len,
-        )
-    };
+    get_option(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, &mut st)?;
+    Ok(u64::from(st.tp_drops))
+}
+
+/// getsockopt(fd, level, name) into `value`, a plain C struct or integer.
+fn get_option<T: Copy>(
+    fd: i32,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &mut T,
+) -> std::io::Result<()> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: fd is an open socket; value and len are valid for writing
+    // size_of::<T>() bytes, and T is plain data.
+    let rc = unsafe { libc::getsockopt(fd, level, name, (value as *mut T).cast(), &mut len) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(u64::from(st.tp_drops))
+    Ok(())
 }

@@ -3,9 +3,9 @@ use std::time::{Duration, Instant};
 
 use ccctl_lab::{
     iperf::{self, FlowResult, FlowSpec},
-    sockdiag::{DiagSocket, Sampler, SamplerConfig},
     testbed::{Role, Testbed, TestbedConfig},
 };
+use ccctl_observe::sockdiag::{DiagSocket, Sampler, SamplerConfig};
 
 /// One flow on sender 0 while inet_diag samples the sender every 100 ms.
 /// Returns the flow and the congestion-control names the kernel reported

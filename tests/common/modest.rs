@@ -7,9 +7,9 @@ use std::{
 
 use ccctl_lab::{
     iperf::{self, FlowSpec},
-    sockdiag::DiagSocket,
     testbed::{buffer_bdp, Role, Testbed, TestbedConfig},
 };
+use ccctl_observe::sockdiag::DiagSocket;
 
 use super::{ccctl, flows::*, Clean};
 

@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ccctl_lab::iperf::{self, FlowSpec};
-use ccctl_lab::sockdiag::DiagSocket;
 use ccctl_lab::testbed::{Role, Testbed, TestbedConfig};
+use ccctl_observe::sockdiag::DiagSocket;
 use polars::prelude::*;
 
 use super::lab::{f64s, read_parquet, strs, wait_for};

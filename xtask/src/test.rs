@@ -22,6 +22,7 @@ const UNIT_TEST_PACKAGES: &[&str] = &[
     "ccctl-core",
     "ccctl-path",
     "ccctl-testbed",
+    "ccctl-observe",
     "ccctl-lab",
     "ccctl",
 ];

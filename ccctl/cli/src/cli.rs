@@ -1,4 +1,5 @@
 //! The `ccctl` command line.
+#[cfg(feature = "lab")]
 mod lab;
 mod trace;
 
@@ -41,6 +42,7 @@ pub enum Command {
     /// What is loaded, since when, the kernel version and the ABI in use.
     Status(JsonArg),
     /// Experiments on a namespace dumbbell: throughput, delay, retransmissions, fairness, harm.
+    #[cfg(feature = "lab")]
     #[command(subcommand)]
     Lab(lab::LabCommand),
     /// Per-ACK events of the loaded algorithms into Parquet, CSV or a live per-flow table.
@@ -215,6 +217,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::List(args) => list(args),
         Command::Tune(args) => tune(args),
         Command::Status(args) => status(args),
+        #[cfg(feature = "lab")]
         Command::Lab(cmd) => lab::run(cmd, cli.verbose),
         Command::Trace(args) => trace::run(args),
         Command::Daemon(args) => crate::daemon::run(crate::daemon::DaemonOptions {
@@ -227,7 +230,7 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         Command::Man => man_page(&mut std::io::stdout()).context("writing the man page"),
         Command::TraceBench(args) => {
-            let rate = ccctl_lab::consumer_bench::consumer_rate(args.events, &args.out)?;
+            let rate = ccctl_observe::consumer_bench::consumer_rate(args.events, &args.out)?;
             println!(
                 "consumer: {} events through decode + Parquet in {:.2} s: {:.2} M events/s",
                 args.events,
@@ -253,8 +256,10 @@ fn fault_inject_from_env() -> Result<u32> {
 /// - half-done loads and unloads: pins without a registration, or a
 ///   registration with incomplete pins ([`loader::repair`]);
 /// - tracing left switched on by a dead tracer (the algorithms would keep
-///   filling a ring buffer nobody reads);
-/// - algorithms a dead `lab run` loaded, and its namespaces.
+///   filling a ring buffer nobody reads).
+///
+/// What a dead `lab run` left (its algorithms, its namespaces) is the lab's
+/// to clean, in `lab run` itself.
 ///
 /// Without root nothing can be repaired; the command itself then says why
 /// it cannot run.
@@ -271,12 +276,6 @@ fn repair_state() {
         Ok(None) => {}
         Err(e) => tracing::debug!("checking for tracing left on: {e}"),
     }
-    fixed.extend(ccctl_lab::algorithms::reap_stale());
-    fixed.extend(
-        ccctl_lab::testbed::sweep_stale()
-            .into_iter()
-            .map(|ns| format!("removed network namespace {ns}, left by a lab run that is gone")),
-    );
     for what in fixed {
         eprintln!("ccctl: repaired: {what}");
     }

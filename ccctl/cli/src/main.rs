@@ -1,5 +1,6 @@
-//! `ccctl`: the command line and the daemon; the work is in ccctl-core and
-//! ccctl-lab.
+//! `ccctl`: the command line and the daemon; the work is in ccctl-core,
+//! ccctl-observe and (with the default feature `lab`) ccctl-lab. A fleet
+//! build, `--no-default-features`, links no lab.
 mod cli;
 mod daemon;
 mod logging;
@@ -14,13 +15,14 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ccctl: error: {e:#}");
-            match e.downcast_ref::<ccctl_lab::LabError>() {
+            #[cfg(feature = "lab")]
+            if let Some(ccctl_lab::LabError::Interrupted(sig)) =
+                e.downcast_ref::<ccctl_lab::LabError>()
+            {
                 // Killed-by-signal convention, after a clean teardown.
-                Some(ccctl_lab::LabError::Interrupted(sig)) => {
-                    std::process::ExitCode::from(128 + *sig as u8)
-                }
-                _ => std::process::ExitCode::FAILURE,
+                return std::process::ExitCode::from(128 + *sig as u8);
             }
+            std::process::ExitCode::FAILURE
         }
     }
 }

@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use ccctl_lab::{
     iperf::{self, FlowSpec},
-    sockdiag::{Sampler, SamplerConfig},
     testbed::{self, Role, Testbed, TestbedConfig},
 };
+use ccctl_observe::sockdiag::{Sampler, SamplerConfig};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

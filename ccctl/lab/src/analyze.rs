@@ -393,7 +393,7 @@ fn harm_against_baselines(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sockdiag::{Sample, TcpInfo};
+    use ccctl_observe::sockdiag::{Sample, TcpInfo};
     use std::time::Duration;
 
     fn sample(t: f64, acked: u64, retrans: u32, rtt_ms: u32) -> Sample {

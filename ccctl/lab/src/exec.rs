@@ -13,17 +13,17 @@ use std::time::{Duration, Instant};
 
 use crate::iperf::{self, FlowResult, FlowSpec};
 use crate::scenario::{Aqm, FlowPlan, IpVersion};
-use crate::sockdiag::DiagSocket;
 use crate::testbed::{
     self, Gate, PathKind, QdiscStats, Role, SenderConfig, Testbed, TestbedConfig,
 };
+use ccctl_observe::sockdiag::DiagSocket;
 
 use super::plan::Job;
 use super::{interrupt, LabError};
 
 /// One inet_diag reading of a flow's socket (`t`: seconds since the job's
 /// flows were launched).
-pub use crate::sockdiag::Sample;
+pub use ccctl_observe::sockdiag::Sample;
 
 /// Socket sampling period.
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);

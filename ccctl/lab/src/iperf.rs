@@ -9,15 +9,15 @@ use serde::Deserialize;
 
 use std::process::Stdio;
 
-use crate::sockdiag::DiagSocket;
 use crate::testbed::{self, NsProcess, Role, Testbed};
+use ccctl_observe::sockdiag::DiagSocket;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Testbed(#[from] testbed::Error),
     #[error("watching for iperf3 servers to listen: {0}")]
-    Diag(#[from] crate::sockdiag::DiagError),
+    Diag(#[from] ccctl_observe::sockdiag::DiagError),
     #[error("iperf3 server on port {port} did not start: {detail}")]
     ServerStart { port: u16, detail: String },
     #[error("`{cmd}` failed ({status}): {message}")]

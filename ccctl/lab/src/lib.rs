@@ -2,10 +2,10 @@
 //! everything that measures flows.
 //!
 //! The measuring parts: [`testbed`] (ccctl-testbed: namespaces, links,
-//! the kernel's qdiscs or the userspace path emulator),
-//! [`sockdiag`] (socket sampling through inet_diag), [`iperf`] (traffic),
-//! [`metrics`] (goodput, Jain's index, harm), [`plots`], [`trace_files`]
-//! (per-ACK traces as Parquet or CSV) and [`vm`] (the 6.1 test VM).
+//! the kernel's qdiscs or the userspace path emulator), [`iperf`]
+//! (traffic), [`metrics`] (goodput, Jain's index, harm), [`plots`] and
+//! [`vm`] (the 6.1 test VM); socket sampling through inet_diag and per-ACK
+//! trace files come from ccctl-observe, shared with the fleet.
 //!
 //! `ccctl lab run`:
 //! A scenario ([`crate::scenario`]) becomes a [`plan`] of testbed runs
@@ -23,17 +23,14 @@
 //!
 //! Large sweeps: `--shard K/N` runs a deterministic part of the plan and
 //! `ccctl lab merge` joins the parts ([`shard`]).
-pub mod consumer_bench;
 pub mod iperf;
 pub mod metrics;
 pub mod plots;
 pub mod scenario;
-pub mod sockdiag;
 /// The namespace dumbbell and its path emulators (ccctl-testbed).
 pub use ccctl_testbed as testbed;
 #[cfg(test)]
 mod testbed_tests;
-pub mod trace_files;
 
 /// The test VM (ccctl-vm), where the lab runs when this kernel has no netem.
 pub use ccctl_vm as vm;
@@ -54,6 +51,19 @@ mod traces;
 
 use std::path::{Path, PathBuf};
 
+/// Puts right what lab runs killed midway (SIGKILL, a crash) left behind:
+/// the algorithms they loaded and their network namespaces. One line per
+/// repair, for the user.
+pub fn repair_stale_runs() -> Vec<String> {
+    let mut fixed = algorithms::reap_stale();
+    fixed.extend(
+        testbed::sweep_stale()
+            .into_iter()
+            .map(|ns| format!("removed network namespace {ns}, left by a lab run that is gone")),
+    );
+    fixed
+}
+
 use crate::scenario::{Aqm, Scenario, ScenarioError};
 
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +75,7 @@ pub enum LabError {
     #[error(transparent)]
     Iperf(#[from] crate::iperf::Error),
     #[error(transparent)]
-    Diag(#[from] crate::sockdiag::DiagError),
+    Diag(#[from] ccctl_observe::sockdiag::DiagError),
     #[error(transparent)]
     Load(ccctl_core::error::Error),
     #[error("{what}: {source}")]

@@ -37,8 +37,8 @@ use crate::exec::{FlowRecord, JobRecord};
 use crate::iperf::FlowResult;
 use crate::plan::{Job, JobKind, Plan};
 use crate::scenario::Scenario;
-use crate::sockdiag::Sample;
 use crate::testbed::QdiscStats;
+use ccctl_observe::sockdiag::Sample;
 
 /// `--shard K/N`: the K-th of N parts, K from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,9 +5,9 @@ use std::thread;
 use std::time::Duration;
 
 use crate::iperf::{self, FlowSpec};
-use crate::sockdiag::{Sample, Sampler, SamplerConfig};
 use crate::testbed::inspect::{list_netns, live, netns_pids, ns_id, NsId};
 use crate::testbed::*;
+use ccctl_observe::sockdiag::{Sample, Sampler, SamplerConfig};
 
 /// A process exists and is not a zombie.
 fn alive_not_zombie(pid: i32) -> bool {

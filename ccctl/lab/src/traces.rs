@@ -20,7 +20,7 @@ use super::plan::Job;
 use crate::plots::{self, Panel, Series};
 use ccctl_core::trace::{Filter, SharedMaps, TraceLock, TraceOptions, TraceSummary};
 
-use crate::trace_files::{self, Output};
+use ccctl_observe::trace_files::{self, Output};
 
 /// Holds the tracer lock for the lab run.
 pub struct LabTracer {

@@ -243,6 +243,9 @@ pub fn run(cmd: LabCommand, verbose: u8) -> Result<()> {
         }
         LabCommand::Run(args) => {
             let scenario = args.scenario.scenario()?;
+            for what in lab::repair_stale_runs() {
+                eprintln!("ccctl: repaired: {what}");
+            }
             let outcome = lab::run(LabOptions {
                 scenario,
                 out_root: args.out,

@@ -7,7 +7,7 @@ use clap::{ArgGroup, Args};
 
 use ccctl_core::trace::{self, Filter, TraceError, TraceOptions};
 use ccctl_core::units::HumanDuration;
-use ccctl_lab::trace_files::{self, Output};
+use ccctl_observe::trace_files::{self, Output};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("output").required(true).multiple(false).args(["out", "csv", "follow"])))]

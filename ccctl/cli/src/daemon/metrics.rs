@@ -38,7 +38,7 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use ccctl_core::{algos, kernel, params, trace};
-use ccctl_lab::trace_files::SinkStats;
+use ccctl_observe::trace_files::SinkStats;
 
 /// What the daemon shares with the endpoint.
 #[derive(Default)]
@@ -121,7 +121,7 @@ pub fn render(shared: &Shared) -> Result<String> {
         .clone();
     // One dump of this namespace's TCP sockets, counted by congestion control.
     let mut by_cc = std::collections::BTreeMap::<String, i64>::new();
-    match ccctl_lab::sockdiag::DiagSocket::open().and_then(|d| d.tcp_sockets()) {
+    match ccctl_observe::sockdiag::DiagSocket::open().and_then(|d| d.tcp_sockets()) {
         Ok(socks) => {
             for s in socks {
                 if let Some(cc) = s.cc {

@@ -99,8 +99,8 @@ impl Tracing {
         shared: &Arc<metrics::Shared>,
     ) -> Result<Tracing> {
         let layout = match cfg.layout {
-            config::TraceLayout::Flat => ccctl_lab::trace_files::Layout::Flat,
-            config::TraceLayout::Hive => ccctl_lab::trace_files::Layout::Hive {
+            config::TraceLayout::Flat => ccctl_observe::trace_files::Layout::Flat,
+            config::TraceLayout::Hive => ccctl_observe::trace_files::Layout::Hive {
                 host: match &cfg.host {
                     Some(h) => h.clone(),
                     None => this_host()?,
@@ -112,7 +112,7 @@ impl Tracing {
         let maps = Arc::new(trace::SharedMaps::open()?);
         let filter = trace_filter(cfg)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let output = ccctl_lab::trace_files::Output::Rotating {
+        let output = ccctl_observe::trace_files::Output::Rotating {
             dir: cfg.out_dir.clone(),
             prefix: "trace".into(),
             max_bytes: rotate_bytes,
@@ -132,7 +132,7 @@ impl Tracing {
             .name("ccctl-trace".into())
             .spawn(move || {
                 let _lock = trace::TraceLock::acquire()?;
-                ccctl_lab::trace_files::run_with(&m, opts, &output)
+                ccctl_observe::trace_files::run_with(&m, opts, &output)
             })
             .context("starting the trace thread")?;
         Ok(Tracing {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccctl_core::abi::{self, Plain};
-use ccctl_core::{algos, loader};
+use ccctl_core::{params, pins, registry};
 use ccctl_lab::iperf::{self, FlowSpec};
 use ccctl_lab::testbed::TestbedConfig;
 
@@ -28,7 +28,7 @@ pub fn digest(p: &abi::ccctl_params) -> u32 {
 /// Two valid modest-bbr sets that differ in every field, so that any mix
 /// of them is a third set.
 fn the_two_sets() -> [abi::ccctl_params; 2] {
-    let a = loader::default_params();
+    let a = params::defaults();
     let b = abi::ccctl_params {
         version: 0,
         cwnd_gain: 3 * abi::CCCTL_GAIN_UNIT,
@@ -118,7 +118,7 @@ pub fn the_check_refuses_a_mixed_set() {
 
 /// modest-bbr loaded; one traced modest_bbr flow for `secs` over `cfg`
 /// while a thread of this process writes the two sets alternately, version
-/// after version, through ccctl's own write path (`loader::write_params`),
+/// after version, through ccctl's own write path (`pins::write_params`),
 /// as fast as it can. Every event must carry one whole set (its digest is
 /// the digest of the set its version names) and, in PROBE_BW, that set's
 /// cwnd gain; the trace must have dropped nothing and seen at least 20
@@ -127,7 +127,7 @@ pub fn parameter_sets_change_atomically(cfg: TestbedConfig, secs: u64) {
     the_check_refuses_a_mixed_set();
     let _clean = Clean::new();
     ccctl(&["load", "modest-bbr"]).ok();
-    let algo = algos::find("modest-bbr").expect("modest-bbr is built in");
+    let algo = registry::find("modest-bbr").expect("modest-bbr is built in");
     let dir = super::tempdir("params-atomic");
     let out = dir.join("atomic.parquet");
     let tb = testbed(cfg);
@@ -137,12 +137,12 @@ pub fn parameter_sets_change_atomically(cfg: TestbedConfig, secs: u64) {
     let last = Arc::new(AtomicU32::new(1));
     let writer = {
         let (stop, last) = (stop.clone(), last.clone());
-        let pins = loader::pin_dir(algo);
+        let pins = pins::pin_dir(algo);
         std::thread::spawn(move || {
             let mut v = 1u32;
             while !stop.load(Ordering::Relaxed) {
                 v += 1;
-                loader::write_params(&pins, &set_of(v)).expect("writing a set");
+                pins::write_params(&pins, &set_of(v)).expect("writing a set");
                 last.store(v, Ordering::Relaxed);
             }
         })
@@ -188,6 +188,6 @@ pub fn parameter_sets_change_atomically(cfg: TestbedConfig, secs: u64) {
         "only {distinct} versions among the events: the writer did not race the flow"
     );
     // The writer's last set is what ccctl reads back, whole.
-    let now = loader::read_params(&loader::pin_dir(algo)).expect("reading the set");
+    let now = pins::read_params(&pins::pin_dir(algo)).expect("reading the set");
     assert_eq!(now.as_bytes(), set_of(writes + 1).as_bytes());
 }

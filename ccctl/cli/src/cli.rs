@@ -9,9 +9,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use ccctl_core::{
-    abi, algos, kernel,
+    abi, kernel,
     loader::{self, LoadOptions, LoadOutcome, UnloadOutcome},
-    params,
+    params, pins, registry, status,
 };
 
 #[derive(Debug, Parser)]
@@ -282,7 +282,7 @@ fn repair_state() {
 }
 
 fn load(args: LoadArgs) -> Result<()> {
-    let algo = algos::find(&args.algo)?;
+    let algo = registry::find(&args.algo)?;
     // Validated before anything is loaded: a bad value loads nothing.
     let changes = args.values.changes();
     let initial = if changes.is_empty() {
@@ -305,7 +305,7 @@ fn load(args: LoadArgs) -> Result<()> {
                 algo.name,
                 algo.kernel_name,
                 kernel::describe_abi(abi),
-                loader::pin_dir(algo).display()
+                pins::pin_dir(algo).display()
             );
             if let Some(p) = initial {
                 let given: Vec<_> = params::view_of(algo, &p)
@@ -344,7 +344,7 @@ fn unload(args: UnloadArgs) -> Result<()> {
         loader::unload_all()?
     } else {
         let name = args.algo.context("name an algorithm or pass --all")?;
-        let algo = algos::find(&name)?;
+        let algo = registry::find(&name)?;
         vec![(algo.name, loader::unload(algo)?)]
     };
     if results.is_empty() {
@@ -369,7 +369,7 @@ fn tune(args: TuneArgs) -> Result<()> {
     kernel::check_privileges()?;
     let changes = args.values.changes();
     let algo = match &args.algo {
-        Some(name) => algos::find(name)?,
+        Some(name) => registry::find(name)?,
         None => {
             let names: Vec<&str> = changes.keys().map(String::as_str).collect();
             params::pick(&params::loaded()?, &names).map_err(|e| anyhow!("{e}"))?
@@ -451,7 +451,7 @@ fn print_params(v: &params::SetView) {
 }
 
 fn list(args: JsonArg) -> Result<()> {
-    let entries = loader::list()?;
+    let entries = status::list()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&entries)?);
         return Ok(());
@@ -473,7 +473,7 @@ fn list(args: JsonArg) -> Result<()> {
 }
 
 fn status(args: JsonArg) -> Result<()> {
-    let st = loader::status()?;
+    let st = status::status()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(());

@@ -1,14 +1,22 @@
 //! ccctl-core: everything ccctl knows about the kernel side, and nothing
 //! about measuring.
 //!
-//! `abi` (the one BPF<->Rust ABI, generated from `bpf/ccctl_abi.h`),
-//! `kernel` (what this kernel offers), `algos` (the BPF objects this crate
-//! carries), `loader` (registering and pinning), `params` (tunable
-//! parameters in the pinned maps), `trace` (the shared tracing maps, event
-//! decoding and the consumer loop); `sys` is ccctl-sys re-exported. An embedding program (a fleet agent)
-//! links this crate alone: no dataframes, no plotting.
+//! - `abi`: the one BPF<->Rust ABI, generated from `bpf/ccctl_abi.h`;
+//! - `kernel`: what this kernel offers (BTF, struct_ops, privileges, bpffs);
+//! - `registry`: the one table of the algorithms this crate carries (ids,
+//!   names, BPF objects, event columns, plot colours);
+//! - `pins`: the pin tree under `<bpffs>/ccctl`, the whole loaded state;
+//! - `register`: opening, loading, pinning and registering a BPF object;
+//! - `loader`: the load verbs (load, unload, repair);
+//! - `status`: `status` and `list`, read from the pins;
+//! - `params`: tunable parameters in the pinned maps;
+//! - `trace`: the shared tracing maps, event decoding and the consumer loop;
+//! - `units`: rates, times and buffers as people write them.
+//!
+//! `sys` is ccctl-sys re-exported. An embedding program (a fleet agent)
+//! links this crate alone: no dataframes, no plotting. Modules depend one
+//! way (`tests/module_graph.rs` checks there is no cycle).
 pub mod abi;
-pub mod algos;
 mod bpf;
 pub mod error;
 #[doc(hidden)]
@@ -16,6 +24,10 @@ pub mod fuzz;
 pub mod kernel;
 pub mod loader;
 pub mod params;
+pub mod pins;
+mod register;
+pub mod registry;
+pub mod status;
 pub mod trace;
 pub mod units;
 

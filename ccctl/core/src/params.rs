@@ -18,9 +18,9 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::abi;
-use crate::algos::Algorithm;
 use crate::error::{Error, Result};
-use crate::loader;
+use crate::pins;
+use crate::registry::Algorithm;
 
 /// One parameter: its name, where it lives, its scale and its bounds.
 #[derive(Debug, Clone, Copy)]
@@ -69,16 +69,9 @@ pub fn defaults() -> abi::ccctl_params {
     p
 }
 
-/// Parameters of each algorithm (CCCTL_PARAMS' algos), by its kernel name.
+/// Parameters of an algorithm: the `CCCTL_PARAMS` rows naming its id.
 pub fn defs_for(algo: &Algorithm) -> &'static [ParamDef] {
-    let id = match algo.kernel_name {
-        "bpf_bbr" => abi::CCCTL_ALGO_BBR,
-        "modest_bbr" => abi::CCCTL_ALGO_MODEST_BBR,
-        "patched_bbr" => abi::CCCTL_ALGO_PATCHED_BBR,
-        "dstar" => abi::CCCTL_ALGO_DSTAR,
-        _ => return &[],
-    };
-    for_algo_id(id)
+    for_algo_id(algo.id)
 }
 
 /// The definition a config key or flag names: `w_min`, `w-min` or `wmin`.
@@ -199,7 +192,7 @@ impl ParamDef {
     /// Raw value in force: the map's, or the default before any write.
     pub fn raw(&self, p: &abi::ccctl_params) -> u32 {
         if p.version == 0 {
-            (self.get)(&loader::default_params())
+            (self.get)(&defaults())
         } else {
             (self.get)(p)
         }
@@ -275,14 +268,14 @@ pub fn view(algo: &Algorithm) -> Result<SetView> {
 
 /// The map of a loaded algorithm, or `NotLoaded`.
 fn read_loaded(algo: &Algorithm) -> Result<abi::ccctl_params> {
-    loader::check_pin_tree()?;
-    let dir = loader::pin_dir(algo);
+    pins::check_pin_tree()?;
+    let dir = pins::pin_dir(algo);
     if !has_params(&dir) {
         return Err(Error::NotLoaded {
             algo: algo.name.into(),
         });
     }
-    loader::read_params(&dir)
+    pins::read_params(&dir)
 }
 
 /// Serializes read-modify-write cycles (`ccctl tune` against another
@@ -313,20 +306,15 @@ pub struct Change {
 }
 
 /// Validates every `(name, value)` for `algo` and writes them in one update
-/// (version bumped). Nothing is written if any is invalid. Returns the new
-/// version.
-pub fn apply(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32> {
-    Ok(update(algo, changes)?.after.version)
-}
-
-/// [`apply`], returning the set before and after.
+/// (version bumped). Nothing is written if any is invalid. Returns the set
+/// before and after.
 pub fn update(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<Change> {
     resolve(algo, changes)?; // unknown names before "not loaded"
     read_loaded(algo)?;
     let _lock = write_lock()?;
     let before = read_loaded(algo)?;
     let after = validate(algo, changes, &before)?;
-    loader::write_params(&loader::pin_dir(algo), &after)?;
+    pins::write_params(&pins::pin_dir(algo), &after)?;
     Ok(Change { before, after })
 }
 
@@ -349,7 +337,7 @@ pub fn validate(
 ) -> Result<abi::ccctl_params> {
     let resolved = resolve(algo, changes)?;
     let mut next = if current.version == 0 {
-        loader::default_params()
+        defaults()
     } else {
         *current
     };
@@ -477,39 +465,35 @@ pub fn replace(algo: &Algorithm, changes: &BTreeMap<String, f64>) -> Result<u32>
     let current = read_loaded(algo)?;
     let base = abi::ccctl_params {
         version: current.version,
-        ..loader::default_params()
+        ..defaults()
     };
     let next = validate(algo, changes, &base)?;
-    loader::write_params(&loader::pin_dir(algo), &next)?;
+    pins::write_params(&pins::pin_dir(algo), &next)?;
     Ok(next.version)
 }
 
-/// Restores every default (version bumped).
-pub fn reset(algo: &Algorithm) -> Result<u32> {
-    Ok(reset_change(algo)?.after.version)
-}
-
-/// [`reset`], returning the set before and after.
+/// Restores every default (version bumped); returns the set before and
+/// after.
 pub fn reset_change(algo: &Algorithm) -> Result<Change> {
     read_loaded(algo)?;
     let _lock = write_lock()?;
     let before = read_loaded(algo)?;
-    let mut after = loader::default_params();
+    let mut after = defaults();
     after.version = before.version.wrapping_add(1).max(1);
-    loader::write_params(&loader::pin_dir(algo), &after)?;
+    pins::write_params(&pins::pin_dir(algo), &after)?;
     Ok(Change { before, after })
 }
 
 /// True if `dir` has a params pin (the algorithm is loaded by ccctl).
 pub fn has_params(dir: &Path) -> bool {
-    dir.join("params").exists()
+    dir.join(pins::MAP_PARAMS).exists()
 }
 
 /// Algorithms ccctl has loaded (registered, with a params pin).
 pub fn loaded() -> Result<Vec<&'static Algorithm>> {
     let mut out = Vec::new();
-    for a in crate::algos::ALGORITHMS {
-        if has_params(&loader::pin_dir(a)) && crate::kernel::is_registered(a.kernel_name)? {
+    for a in crate::registry::ALGORITHMS {
+        if has_params(&pins::pin_dir(a)) && crate::kernel::is_registered(a.kernel_name)? {
             out.push(a);
         }
     }
@@ -579,31 +563,21 @@ pub fn pick<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loader::{Attached, LoadPlan};
 
     fn bbr() -> &'static Algorithm {
-        crate::algos::find("bbr").expect("bbr exists")
+        crate::registry::find("bpf_bbr").expect("bpf_bbr exists")
     }
 
-    fn never(_: &LoadPlan<'_>) -> Result<Attached> {
-        unreachable!("tests never register")
+    fn modest() -> &'static Algorithm {
+        crate::registry::find("modest_bbr").expect("modest_bbr exists")
     }
-
-    /// Parameters depend on the user name only; this stands in for the real
-    /// entry whether or not this build has it.
-    static MODEST: Algorithm = Algorithm {
-        name: "modest-bbr",
-        kernel_name: "modest_bbr",
-        summary: "test stand-in",
-        register: never,
-    };
 
     fn ch(kv: &[(&str, f64)]) -> BTreeMap<String, f64> {
         kv.iter().map(|(k, v)| (k.to_string(), *v)).collect()
     }
 
     fn err(algo: &Algorithm, kv: &[(&str, f64)]) -> String {
-        validate(algo, &ch(kv), &loader::default_params())
+        validate(algo, &ch(kv), &defaults())
             .expect_err(&format!("{kv:?} should be refused"))
             .to_string()
     }
@@ -631,7 +605,7 @@ mod tests {
 
     #[test]
     fn defaults_match_the_version_1_map() {
-        let d = loader::default_params();
+        let d = defaults();
         for def in ALL {
             assert_eq!(def.encode(def.default), Ok((def.get)(&d)), "{}", def.name);
             assert_eq!(
@@ -658,7 +632,7 @@ mod tests {
 
     #[test]
     fn validate_changes_all_or_nothing_and_bumps_version() {
-        let cur = loader::default_params();
+        let cur = defaults();
         let mut ch = BTreeMap::new();
         ch.insert("cwnd-gain".to_string(), 3.0);
         ch.insert("probe_up_gain".to_string(), 1.5);
@@ -692,7 +666,7 @@ mod tests {
         );
         let v7 = abi::ccctl_params {
             version: 7,
-            ..loader::default_params()
+            ..defaults()
         };
         assert_eq!(
             validate(bbr(), &ch(&[("cwnd_gain", 3.0)]), &v7)
@@ -702,7 +676,7 @@ mod tests {
         );
         let top = abi::ccctl_params {
             version: u32::MAX,
-            ..loader::default_params()
+            ..defaults()
         };
         assert_eq!(
             validate(bbr(), &BTreeMap::new(), &top)
@@ -715,7 +689,7 @@ mod tests {
 
     #[test]
     fn modest_bbr_has_the_window_parameters_and_the_gains() {
-        let names: Vec<_> = defs_for(&MODEST).iter().map(|d| d.name).collect();
+        let names: Vec<_> = defs_for(modest()).iter().map(|d| d.name).collect();
         assert_eq!(
             names,
             [
@@ -728,14 +702,14 @@ mod tests {
             ]
         );
         let next = validate(
-            &MODEST,
+            modest(),
             &ch(&[
                 ("wmin", 0.6),
                 ("w_max", 0.9),
                 ("smin", 4.0),
                 ("cwnd-gain", 2.5),
             ]),
-            &loader::default_params(),
+            &defaults(),
         )
         .expect("valid");
         assert_eq!(
@@ -747,23 +721,23 @@ mod tests {
 
     #[test]
     fn w_min_must_stay_below_w_max_on_the_resulting_set() {
-        let e = err(&MODEST, &[("w_min", 0.9), ("w_max", 0.8)]);
+        let e = err(modest(), &[("w_min", 0.9), ("w_max", 0.8)]);
         assert!(e.contains("w_min 0.9 must be below w_max 0.8"), "{e}");
         assert!(e.contains("0 < w_min < w_max <= 1"), "{e}");
         // Only w_max given, but the set in force has w_min 0.75.
-        let e = err(&MODEST, &[("w_max", 0.7)]);
+        let e = err(modest(), &[("w_max", 0.7)]);
         assert!(e.contains("w_min 0.75 must be below w_max 0.7"), "{e}");
         // ... and lowering both together is fine.
         validate(
-            &MODEST,
+            modest(),
             &ch(&[("w_min", 0.5), ("w_max", 0.7)]),
-            &loader::default_params(),
+            &defaults(),
         )
         .expect("valid pair");
         // Equal is not below.
-        assert!(err(&MODEST, &[("w_min", 0.8), ("w_max", 0.8)]).contains("must be below"));
+        assert!(err(modest(), &[("w_min", 0.8), ("w_max", 0.8)]).contains("must be below"));
         // Distinct as typed but one step apart is less than the map's resolution.
-        let e = err(&MODEST, &[("w_min", 0.9999), ("w_max", 1.0)]);
+        let e = err(modest(), &[("w_min", 0.9999), ("w_max", 1.0)]);
         assert!(e.contains("w_min (--wmin)"), "{e}");
         for (v, needle) in [
             (0.0, "above 0, below 1"),
@@ -771,23 +745,23 @@ mod tests {
             (0.0001, "rounds to 0"),
             (1.0, "below 1"),
         ] {
-            let e = err(&MODEST, &[("wmin", v)]);
+            let e = err(modest(), &[("wmin", v)]);
             assert!(
                 e.contains("w_min (--wmin)") && e.contains(needle),
                 "{v}: {e}"
             );
         }
-        assert!(err(&MODEST, &[("wmax", 1.01)]).contains("up to 1"));
-        assert!(err(&MODEST, &[("wmax", 0.0)]).contains("above 0, up to 1"));
-        let e = err(&MODEST, &[("w_min", 0.1), ("wmax", 0.10005)]);
+        assert!(err(modest(), &[("wmax", 1.01)]).contains("up to 1"));
+        assert!(err(modest(), &[("wmax", 0.0)]).contains("above 0, up to 1"));
+        let e = err(modest(), &[("w_min", 0.1), ("wmax", 0.10005)]);
         assert!(
             e.contains("must be below") && e.contains("equal in the map's steps"),
             "{e}"
         );
         validate(
-            &MODEST,
+            modest(),
             &ch(&[("w_min", 0.01), ("w_max", 0.02)]),
-            &loader::default_params(),
+            &defaults(),
         )
         .expect("the smallest window search");
         // A map someone else wrote with the pair inverted is not made worse.
@@ -795,9 +769,9 @@ mod tests {
             version: 3,
             w_min: 1000,
             w_max: 500,
-            ..loader::default_params()
+            ..defaults()
         };
-        let e = validate(&MODEST, &ch(&[("cwnd_gain", 3.0)]), &bad)
+        let e = validate(modest(), &ch(&[("cwnd_gain", 3.0)]), &bad)
             .expect_err("inverted pair in force");
         assert!(e.to_string().contains("must be below"), "{e}");
         // bbr ignores the window fields.
@@ -807,31 +781,30 @@ mod tests {
     #[test]
     fn s_min_is_a_whole_number_of_packets_from_1_to_64() {
         for ok in [1.0, 2.0, 64.0] {
-            validate(&MODEST, &ch(&[("s_min", ok)]), &loader::default_params())
-                .expect("valid s_min");
+            validate(modest(), &ch(&[("s_min", ok)]), &defaults()).expect("valid s_min");
         }
-        assert!(err(&MODEST, &[("smin", 1.5)]).contains("whole number"));
+        assert!(err(modest(), &[("smin", 1.5)]).contains("whole number"));
         for bad in [0.0, 65.0, -1.0] {
-            let e = err(&MODEST, &[("smin", bad)]);
+            let e = err(modest(), &[("smin", bad)]);
             assert!(
                 e.contains("s_min (--smin)") && e.contains("1 to 64"),
                 "{bad}: {e}"
             );
         }
         for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
-            assert!(err(&MODEST, &[("smin", bad)]).contains("s_min (--smin)"));
+            assert!(err(modest(), &[("smin", bad)]).contains("s_min (--smin)"));
         }
     }
 
     #[test]
     fn unknown_names_are_reported_first_and_list_the_valid_ones() {
-        let e = err(&MODEST, &[("cwnd_gain", f64::NAN), ("theta", 1.0)]);
+        let e = err(modest(), &[("cwnd_gain", f64::NAN), ("theta", 1.0)]);
         assert!(e.contains("`theta`: not a parameter of modest-bbr"), "{e}");
         assert!(
             e.contains("valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain), w_min (--wmin), w_max (--wmax), s_min (--smin), quiet_rounds (--quiet-rounds)"),
             "{e}"
         );
-        let e = err(&MODEST, &[("w_min", 0.5), ("wmin", 0.6)]);
+        let e = err(modest(), &[("w_min", 0.5), ("wmin", 0.6)]);
         assert!(e.contains("given twice"), "{e}");
     }
 
@@ -839,12 +812,12 @@ mod tests {
     fn pick_infers_the_one_loaded_algorithm_with_every_parameter() {
         let b = bbr();
         assert_eq!(
-            pick(&[b, &MODEST], &["w_min"]).map(|a| a.name),
+            pick(&[b, modest()], &["w_min"]).map(|a| a.name),
             Ok("modest-bbr")
         );
         assert_eq!(pick(&[b], &["cwnd_gain"]).map(|a| a.name), Ok("bbr"));
-        assert_eq!(pick(&[&MODEST], &[]).map(|a| a.name), Ok("modest-bbr"));
-        let e = pick(&[b, &MODEST], &["cwnd_gain"])
+        assert_eq!(pick(&[modest()], &[]).map(|a| a.name), Ok("modest-bbr"));
+        let e = pick(&[b, modest()], &["cwnd_gain"])
             .map(|a| a.name)
             .expect_err("both have it");
         assert!(

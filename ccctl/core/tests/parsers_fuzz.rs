@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use ccctl_core::{
-    algos, loader, params,
+    params, registry,
     trace::Endpoint,
     units::{Buffer, HumanDuration, Rate},
 };
@@ -122,7 +122,7 @@ proptest! {
     /// algorithm and the parameter with its flag.
     #[test]
     fn parameter_values_are_bounded_or_refused_by_name(bits: u64, pick: usize, near in -1e3f64..1e3) {
-        let defs: Vec<(&algos::Algorithm, &params::ParamDef)> = algos::ALGORITHMS
+        let defs: Vec<(&registry::Algorithm, &params::ParamDef)> = registry::ALGORITHMS
             .iter()
             .flat_map(|a| params::defs_for(a).iter().map(move |d| (a, d)))
             .collect();
@@ -130,7 +130,7 @@ proptest! {
         // Half arbitrary bit patterns, half values near the bounds.
         let v = if bits % 2 == 0 { f64::from_bits(bits) } else { near / 100.0 * def.max.abs().max(1.0) };
         let changes = BTreeMap::from([(def.name.to_string(), v)]);
-        let current = loader::default_params();
+        let current = params::defaults();
         match params::validate(algo, &changes, &current) {
             Ok(_) => {
                 prop_assert!(v.is_finite(), "{} accepted {v}", def.name);

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
 use crate::scenario::Scenario;
-use ccctl_core::algos::{self, Algorithm};
 use ccctl_core::kernel::{self, Kernel};
 use ccctl_core::loader::{self, LoadOptions, LoadOutcome};
+use ccctl_core::registry::{self, Algorithm};
 
 use super::LabError;
 
@@ -44,11 +44,11 @@ pub enum Source {
 
 /// Resolves `name` to what provides it.
 pub fn resolve(name: &str) -> Source {
-    if let Some(a) = algos::ALGORITHMS.iter().find(|a| a.kernel_name == name) {
+    if let Some(a) = registry::ALGORITHMS.iter().find(|a| a.kernel_name == name) {
         return Source::Ours(a);
     }
     if !KERNEL_NAMES.contains(&name) {
-        if let Some(a) = algos::ALGORITHMS.iter().find(|a| a.name == name) {
+        if let Some(a) = registry::ALGORITHMS.iter().find(|a| a.name == name) {
             return Source::Ours(a);
         }
     }
@@ -104,7 +104,7 @@ pub fn check(sc: &Scenario) -> Result<BTreeMap<String, String>, LabError> {
         super::plan::CALIBRATION_CC.into(),
         super::plan::CALIBRATION_CC.into(),
     );
-    for a in algos::ALGORITHMS {
+    for a in registry::ALGORITHMS {
         known.push(a.kernel_name.into());
         if !KERNEL_NAMES.contains(&a.name) {
             known.push(a.name.into());
@@ -130,7 +130,7 @@ pub fn check(sc: &Scenario) -> Result<BTreeMap<String, String>, LabError> {
 pub fn precheck(sc: &Scenario) -> Result<(), LabError> {
     let mut known: Vec<String> = kernel::available_congestion_controls().unwrap_or_default();
     known.extend(KERNEL_NAMES.iter().map(|s| s.to_string()));
-    for a in algos::ALGORITHMS {
+    for a in registry::ALGORITHMS {
         known.push(a.kernel_name.into());
         known.push(a.name.into());
     }
@@ -165,7 +165,7 @@ pub fn reap_stale() -> Vec<String> {
         if pid_alive(pid) {
             continue;
         }
-        if let Ok(a) = algos::find(algo) {
+        if let Ok(a) = registry::find(algo) {
             match loader::unload(a) {
                 Ok(_) => done.push(format!(
                     "unloaded {algo}, which a lab run (pid {pid}) that is gone had loaded"

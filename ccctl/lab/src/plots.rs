@@ -454,20 +454,29 @@ fn format_tick(v: f64, decimals: usize, exp: Option<i32>) -> String {
     s + &suffix
 }
 
-/// Palette index of each algorithm we know, fixed so that an algorithm has
-/// the same colour in every figure of a run and across runs (a reader who
-/// learnt "Cubic is blue" in one plot can trust it in the next). Names are
-/// compared after lower-casing and `-` -> `_` (`modest-bbr` is `modest_bbr`);
-/// `bbr` is the kernel's, as everywhere in the lab.
-const ALGORITHM_COLOURS: [(&str, usize); 7] = [
-    ("cubic", 0),
-    ("bbr", 1),
-    ("bpf_bbr", 2),
-    ("modest_bbr", 3),
-    ("dstar", 4),
-    ("patched_bbr", 5),
-    ("reno", 6),
-];
+/// Palette index of the kernel's congestion controls the lab plots most,
+/// fixed so that an algorithm has the same colour in every figure of a run
+/// and across runs (a reader who learnt "Cubic is blue" in one plot can
+/// trust it in the next). Ours take theirs from the registry
+/// (`plot_colour`). Names are compared after lower-casing and `-` -> `_`
+/// (`modest-bbr` is `modest_bbr`); `bbr` is the kernel's, as everywhere in
+/// the lab.
+const KERNEL_COLOURS: [(&str, usize); 3] = [("cubic", 0), ("bbr", 1), ("reno", 6)];
+
+/// The fixed palette index of an algorithm's name (kernel name, or ours by
+/// either name with `-` as `_`).
+fn colour_of(name: &str) -> Option<usize> {
+    KERNEL_COLOURS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, i)| i)
+        .or_else(|| {
+            ccctl_core::registry::ALGORITHMS
+                .iter()
+                .find(|a| a.kernel_name == name || a.name.replace('-', "_") == name)
+                .map(|a| a.plot_colour)
+        })
+}
 
 /// The fixed palette index of the first known algorithm named in `label`
 /// (labels read "cubic #0", "harm tput (bpf_bbr)", "modest-bbr @ 0.5bdp").
@@ -475,12 +484,7 @@ fn algorithm_colour(label: &str) -> Option<usize> {
     label
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
         .map(|t| t.to_ascii_lowercase().replace('-', "_"))
-        .find_map(|t| {
-            ALGORITHM_COLOURS
-                .iter()
-                .find(|(name, _)| *name == t)
-                .map(|&(_, i)| i)
-        })
+        .find_map(|t| colour_of(&t))
 }
 
 /// Assigns each series of one figure its look. A label naming a known

@@ -36,8 +36,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use ccctl_core::algos;
 use ccctl_core::params;
+use ccctl_core::registry;
 use ccctl_core::trace::Endpoint;
 use ccctl_core::units::HumanDuration;
 
@@ -236,10 +236,10 @@ impl DaemonConfig {
     pub fn validate(&self) -> Result<(), String> {
         let mut defaults = 0;
         for (i, a) in self.algorithms.iter().enumerate() {
-            let algo = algos::find(&a.name).map_err(|e| format!("algorithms[{i}].name: {e}"))?;
+            let algo = registry::find(&a.name).map_err(|e| format!("algorithms[{i}].name: {e}"))?;
             if self.algorithms[..i]
                 .iter()
-                .any(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name))
+                .any(|b| registry::find(&b.name).is_ok_and(|b| b.name == algo.name))
             {
                 return Err(format!(
                     "algorithms[{i}].name: `{}` is listed twice",
@@ -257,7 +257,7 @@ impl DaemonConfig {
         }
         if let Some(t) = &self.trace {
             for (i, a) in t.algo.iter().enumerate() {
-                algos::find(a).map_err(|e| format!("trace.algo[{i}]: {e}"))?;
+                registry::find(a).map_err(|e| format!("trace.algo[{i}]: {e}"))?;
             }
             if t.sample == 0 {
                 return Err("trace.sample: must be at least 1 (1 = every ACK)".into());

@@ -37,7 +37,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use ccctl_core::{algos, kernel, params, trace};
+use ccctl_core::{kernel, params, registry, trace};
 use ccctl_observe::trace_files::SinkStats;
 
 /// What the daemon shares with the endpoint.
@@ -65,7 +65,7 @@ impl Shared {
         let names = cfg
             .algorithms
             .iter()
-            .filter_map(|a| algos::find(&a.name).ok().map(|a| a.name))
+            .filter_map(|a| registry::find(&a.name).ok().map(|a| a.name))
             .collect();
         *self
             .configured
@@ -90,7 +90,7 @@ impl Shared {
 
 type Labels = Vec<(&'static str, String)>;
 
-fn algo_labels(a: &algos::Algorithm) -> Labels {
+fn algo_labels(a: &registry::Algorithm) -> Labels {
     vec![
         ("algorithm", a.name.to_string()),
         ("kernel_name", a.kernel_name.to_string()),
@@ -131,7 +131,7 @@ pub fn render(shared: &Shared) -> Result<String> {
         }
         Err(e) => tracing::warn!("metrics: counting flows through inet_diag: {e}"),
     }
-    for a in algos::ALGORITHMS {
+    for a in registry::ALGORITHMS {
         let l = algo_labels(a);
         let is_loaded = available.iter().any(|n| n == a.kernel_name);
         loaded.get_or_create(&l).set(i64::from(is_loaded));

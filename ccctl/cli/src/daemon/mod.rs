@@ -33,10 +33,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use ccctl_core::algos;
 use ccctl_core::kernel;
 use ccctl_core::loader::{self, LoadOptions};
 use ccctl_core::params;
+use ccctl_core::registry;
 use ccctl_core::trace;
 
 pub use config::{DaemonConfig, OnExit};
@@ -192,7 +192,7 @@ struct State {
 
 fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> Result<()> {
     for a in &cfg.algorithms {
-        let algo = algos::find(&a.name)?;
+        let algo = registry::find(&a.name)?;
         let mut written = false;
         if !kernel::is_registered(algo.kernel_name)? {
             // Its parameters are in the map before it is registered.
@@ -220,7 +220,7 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
         let before = prev.and_then(|p| {
             p.algorithms
                 .iter()
-                .find(|b| algos::find(&b.name).is_ok_and(|b| b.name == algo.name))
+                .find(|b| registry::find(&b.name).is_ok_and(|b| b.name == algo.name))
         });
         if !written && before.map(|b| &b.params) != Some(&a.params) {
             // Unlisted parameters go back to their defaults: the file is the
@@ -231,13 +231,13 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
     }
     if let Some(p) = prev {
         for old in &p.algorithms {
-            let Ok(algo) = algos::find(&old.name) else {
+            let Ok(algo) = registry::find(&old.name) else {
                 continue;
             };
             let still = cfg
                 .algorithms
                 .iter()
-                .any(|a| algos::find(&a.name).is_ok_and(|a| a.name == algo.name));
+                .any(|a| registry::find(&a.name).is_ok_and(|a| a.name == algo.name));
             if !still && state.loaded_by_us.remove(algo.name) {
                 loader::unload(algo)?;
                 tracing::info!(algo = algo.name, "unloaded (no longer in the config)");
@@ -413,7 +413,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     let mut cleanup_err = None;
     if cfg.on_exit == OnExit::Unload || result.is_err() {
         for a in &cfg.algorithms {
-            if let Ok(algo) = algos::find(&a.name) {
+            if let Ok(algo) = registry::find(&a.name) {
                 if cfg.on_exit == OnExit::Unload || state.loaded_by_us.contains(algo.name) {
                     if let Err(e) = loader::unload(algo) {
                         cleanup_err.get_or_insert(e);

@@ -52,65 +52,6 @@ pub fn addr_string(bytes: [u8; 16]) -> String {
     addr(bytes).to_string()
 }
 
-/// Every algorithm that can emit events, by its `CCCTL_ALGO_*` id, with the
-/// name the kernel registers it under.
-pub static ALGO_IDS: &[(u32, &str)] = &[
-    (abi::CCCTL_ALGO_BBR, "bpf_bbr"),
-    (abi::CCCTL_ALGO_MODEST_BBR, "modest_bbr"),
-    (abi::CCCTL_ALGO_PATCHED_BBR, "patched_bbr"),
-    (abi::CCCTL_ALGO_DSTAR, "dstar"),
-];
-
-/// Kernel name of an algorithm id (`bpf_bbr`), or `unknown`.
-#[inline]
-pub fn algo_name(id: u8) -> &'static str {
-    ALGO_IDS
-        .iter()
-        .find(|(i, _)| *i == id as u32)
-        .map(|(_, n)| *n)
-        .unwrap_or("unknown")
-}
-
-/// The `CCCTL_ALGO_*` id of an algorithm named on the command line: its
-/// kernel name (`bpf_bbr`, `modest_bbr`) or, for one built into this binary,
-/// its `ccctl` name (`bbr`).
-pub fn algo_id(name: &str) -> Option<u32> {
-    let kernel_name = crate::algos::ALGORITHMS
-        .iter()
-        .find(|a| a.name == name)
-        .map(|a| a.kernel_name)
-        .unwrap_or(name);
-    ALGO_IDS
-        .iter()
-        .find(|(_, n)| *n == kernel_name || n.replace('_', "-") == kernel_name)
-        .map(|(id, _)| *id)
-}
-
-/// The names `algo_id` accepts, for error messages: `bbr (bpf_bbr), modest_bbr, ...`.
-pub fn algo_choices() -> String {
-    ALGO_IDS
-        .iter()
-        .map(|(_, kn)| {
-            match crate::algos::ALGORITHMS
-                .iter()
-                .find(|a| a.kernel_name == *kn)
-            {
-                Some(a) if a.name != *kn => format!("{} ({kn})", a.name),
-                _ => kn.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Does this algorithm report BBR-family state (mode, gains, bandwidth)?
-pub fn is_bbr_family(algo: u8) -> bool {
-    matches!(
-        algo as u32,
-        abi::CCCTL_ALGO_BBR | abi::CCCTL_ALGO_MODEST_BBR | abi::CCCTL_ALGO_PATCHED_BBR
-    )
-}
-
 /// `CCCTL_BBR_*` as a name.
 #[inline]
 pub fn bbr_mode_name(mode: u8) -> &'static str {
@@ -162,34 +103,6 @@ pub fn dstar_mode_name(mode: u8) -> &'static str {
         abi::CCCTL_DSTAR_GAIN2 => "gain2",
         _ => "unknown",
     }
-}
-
-/// Does an event of algorithm `algo` (`CCCTL_ALGO_*`) carry BBR's state
-/// (`bbr_mode`, gains, `btl_bw`)? The BBR family does; D* does not.
-#[inline]
-pub fn has_bbr_state(algo: u8) -> bool {
-    matches!(
-        algo as u32,
-        abi::CCCTL_ALGO_BBR | abi::CCCTL_ALGO_MODEST_BBR | abi::CCCTL_ALGO_PATCHED_BBR
-    )
-}
-
-/// ... Modest BBR's window search (`modest_phase`, `min_win`, ...)?
-#[inline]
-pub fn has_modest_state(algo: u8) -> bool {
-    algo as u32 == abi::CCCTL_ALGO_MODEST_BBR
-}
-
-/// ... patched BBR's theta?
-#[inline]
-pub fn has_theta(algo: u8) -> bool {
-    algo as u32 == abi::CCCTL_ALGO_PATCHED_BBR
-}
-
-/// ... TCP D*'s state (the `dstar_*` fields)?
-#[inline]
-pub fn has_dstar_state(algo: u8) -> bool {
-    algo as u32 == abi::CCCTL_ALGO_DSTAR
 }
 
 /// Patched BBR's Θ (x `CCCTL_THETA_UNIT`) as a number.
@@ -289,7 +202,7 @@ mod tests {
         assert_eq!(addr(d.saddr), "10.0.0.1".parse::<IpAddr>().unwrap());
         assert_eq!(addr_string(d.daddr), "10.0.1.2");
         assert_eq!((d.sport, d.dport), (40_000, 5201));
-        assert_eq!(algo_name(d.algo), "bpf_bbr");
+        assert_eq!(crate::registry::kernel_name_of(d.algo), "bpf_bbr");
         assert_eq!(ca_state_name(d.ca_state), "recovery");
         assert_eq!(bbr_mode_name(d.bbr_mode), "probe_bw");
         assert_eq!(modest_phase_name(d.modest_phase), "binary");
@@ -309,12 +222,6 @@ mod tests {
             (2, 3, 4, 5)
         );
         assert_eq!(dstar_mode_name(9), "unknown");
-        let bbr = abi::CCCTL_ALGO_BBR as u8;
-        let dstar = abi::CCCTL_ALGO_DSTAR as u8;
-        assert!(has_bbr_state(bbr) && !has_dstar_state(bbr) && !has_theta(bbr));
-        assert!(has_dstar_state(dstar) && !has_bbr_state(dstar) && !has_modest_state(dstar));
-        assert!(has_modest_state(abi::CCCTL_ALGO_MODEST_BBR as u8));
-        assert!(!has_bbr_state(0) && !has_dstar_state(0));
     }
 
     #[test]
@@ -324,25 +231,6 @@ mod tests {
         assert_eq!(decode(&[]).err(), Some(ShortSample { len: 0 }));
         let msg = decode(&bytes[..8]).unwrap_err().to_string();
         assert!(msg.contains("8 bytes") && msg.contains("248"), "{msg}");
-    }
-
-    #[test]
-    fn names_algorithms() {
-        assert_eq!(algo_id("bbr"), Some(abi::CCCTL_ALGO_BBR));
-        assert_eq!(algo_id("bpf_bbr"), Some(abi::CCCTL_ALGO_BBR));
-        assert_eq!(algo_id("modest_bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
-        assert_eq!(algo_id("modest-bbr"), Some(abi::CCCTL_ALGO_MODEST_BBR));
-        assert_eq!(algo_id("patched-bbr"), Some(abi::CCCTL_ALGO_PATCHED_BBR));
-        assert_eq!(algo_id("patched_bbr"), Some(abi::CCCTL_ALGO_PATCHED_BBR));
-        assert_eq!(algo_id("dstar"), Some(abi::CCCTL_ALGO_DSTAR));
-        assert_eq!(algo_id("cubic"), None);
-        assert_eq!(algo_name(0), "unknown");
-        assert!(
-            algo_choices()
-                .starts_with("bbr (bpf_bbr), modest-bbr (modest_bbr), patched-bbr (patched_bbr)"),
-            "{}",
-            algo_choices()
-        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
 
 use super::event;
 use crate::abi::ccctl_event;
+use crate::registry::{self, EventGroup};
 
 /// Flows without an event for this many refreshes leave the table.
 const IDLE_REFRESHES: u32 = 10;
@@ -88,7 +89,7 @@ impl FollowTable {
             let e = &row.last;
             let local = endpoint(e.saddr, e.sport);
             let remote = endpoint(e.daddr, e.dport);
-            let (mode, btl_bw) = if event::is_bbr_family(e.algo) {
+            let (mode, btl_bw) = if registry::fills(e.algo, EventGroup::Bbr) {
                 let mut mode = event::bbr_mode_name(e.bbr_mode).to_string();
                 if e.modest_phase != 0 {
                     mode = format!("{mode}/{}", event::modest_phase_name(e.modest_phase));
@@ -108,7 +109,7 @@ impl FollowTable {
                 id,
                 local,
                 remote,
-                event::algo_name(e.algo),
+                registry::kernel_name_of(e.algo),
                 mode,
                 e.cwnd,
                 pacing,
@@ -168,7 +169,7 @@ mod tests {
             line.contains(&format!("[fd00:ccc::f:1]:{}", last.sport)),
             "{line}"
         );
-        assert!(line.contains(event::algo_name(last.algo)), "{line}");
+        assert!(line.contains(registry::kernel_name_of(last.algo)), "{line}");
         assert_eq!(t.total(), 64);
         // Idle flows age out.
         for _ in 0..IDLE_REFRESHES {

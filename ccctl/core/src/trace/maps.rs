@@ -13,7 +13,7 @@ use crate::abi::{self, PinnedMap};
 
 /// `<bpffs>/ccctl/shared`, where the loader pins them.
 pub fn shared_dir() -> PathBuf {
-    crate::loader::shared_dir()
+    crate::pins::shared_dir()
 }
 
 pub const EVENTS: &str = "trace_events";
@@ -39,7 +39,7 @@ pub struct SharedMaps {
 impl SharedMaps {
     /// Open the maps under [`shared_dir`].
     pub fn open() -> Result<SharedMaps, TraceError> {
-        crate::loader::check_pin_tree()?;
+        crate::pins::check_pin_tree()?;
         Self::open_in(&shared_dir())
     }
 

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::abi;
+use crate::registry;
 
 pub use lock::TraceLock;
 pub use maps::SharedMaps;
@@ -261,14 +262,14 @@ impl Filter {
             ..Filter::default()
         };
         for name in algos {
-            let id = event::algo_id(name).ok_or_else(|| TraceError::BadInput {
+            let id = registry::id_of(name).ok_or_else(|| TraceError::BadInput {
                 flag: "--algo",
                 message: format!(
                     "unknown algorithm `{name}`; algorithms that can be traced: {}",
-                    event::algo_choices()
+                    registry::choices()
                 ),
             })?;
-            let kernel_name = event::algo_name(id as u8).to_string();
+            let kernel_name = registry::kernel_name_of(id as u8).to_string();
             if !f.algos.contains(&kernel_name) {
                 f.algos.push(kernel_name);
             }

@@ -4,6 +4,7 @@ use std::{collections::HashMap, hash::BuildHasherDefault};
 
 use anyhow::Result;
 use ccctl_core::abi::ccctl_event;
+use ccctl_core::registry::{self, EventGroup};
 use ccctl_core::trace::event;
 use polars::prelude::*;
 
@@ -133,7 +134,7 @@ impl ColumnKinds {
     pub(super) fn new() -> Result<ColumnKinds> {
         Ok(ColumnKinds {
             addrs: AddrCache::new(),
-            algo: EnumColumn::new(event::algo_name)?,
+            algo: EnumColumn::new(registry::kernel_name_of)?,
             bbr_mode: EnumColumn::new(event::bbr_mode_name)?,
             modest_phase: EnumColumn::new(event::modest_phase_name)?,
             dstar_mode: EnumColumn::new(event::dstar_mode_name)?,
@@ -332,10 +333,13 @@ impl Columns {
         self.dstar_rtt.push(e.dstar_rtt_us);
         self.dstar_min_rtt_stamp.push(e.dstar_min_rtt_stamp_ns);
         self.dstar_clock_lag.push(e.dstar_clock_lag_us);
-        self.has_bbr.push(event::has_bbr_state(e.algo));
-        self.has_modest.push(event::has_modest_state(e.algo));
-        self.has_theta.push(event::has_theta(e.algo));
-        self.has_dstar.push(event::has_dstar_state(e.algo));
+        self.has_bbr.push(registry::fills(e.algo, EventGroup::Bbr));
+        self.has_modest
+            .push(registry::fills(e.algo, EventGroup::Modest));
+        self.has_theta
+            .push(registry::fills(e.algo, EventGroup::Patched));
+        self.has_dstar
+            .push(registry::fills(e.algo, EventGroup::Dstar));
         Ok(())
     }
 

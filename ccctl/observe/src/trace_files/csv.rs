@@ -7,6 +7,7 @@ use std::{
 
 use anyhow::{Context, Result};
 use ccctl_core::abi::ccctl_event;
+use ccctl_core::registry::{self, EventGroup};
 use ccctl_core::trace::{event, sink::Sink};
 
 use super::COLUMNS;
@@ -40,10 +41,10 @@ impl CsvSink {
                 String::new()
             }
         }
-        let bbr = event::has_bbr_state(e.algo);
-        let modest = event::has_modest_state(e.algo);
-        let pt = event::has_theta(e.algo);
-        let ds = event::has_dstar_state(e.algo);
+        let bbr = registry::fills(e.algo, EventGroup::Bbr);
+        let modest = registry::fills(e.algo, EventGroup::Modest);
+        let pt = registry::fills(e.algo, EventGroup::Patched);
+        let ds = registry::fills(e.algo, EventGroup::Dstar);
         writeln!(
             self.out,
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
@@ -54,7 +55,7 @@ impl CsvSink {
             e.sport,
             e.dport,
             e.family,
-            event::algo_name(e.algo),
+            registry::kernel_name_of(e.algo),
             e.ca_state,
             e.cwnd,
             e.ssthresh,

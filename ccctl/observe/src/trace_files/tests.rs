@@ -2,6 +2,7 @@
 use std::fs::File;
 use std::sync::atomic::Ordering;
 
+use ccctl_core::registry::{self, EventGroup};
 use ccctl_core::trace::{event, sink::Sink, synthetic::synthetic_event};
 use polars::prelude::*;
 
@@ -231,14 +232,17 @@ fn parquet_round_trip_in_row_groups() {
         assert_eq!(col("flow_id"), AnyValue::UInt64(want.flow_id));
         assert_eq!(col("cwnd"), AnyValue::UInt32(want.cwnd));
         assert_eq!(col("saddr").get_str().unwrap(), synthetic_saddr_text(i));
-        assert_eq!(col("algo").get_str().unwrap(), event::algo_name(want.algo));
+        assert_eq!(
+            col("algo").get_str().unwrap(),
+            registry::kernel_name_of(want.algo)
+        );
         assert_eq!(
             col("pacing_rate_bps"),
             AnyValue::UInt64(want.pacing_rate * 8)
         );
         // Each algorithm's own columns; null on every other's rows.
         let a = want.algo;
-        if event::has_bbr_state(a) {
+        if registry::fills(a, EventGroup::Bbr) {
             assert_eq!(
                 col("bbr_mode").get_str().unwrap(),
                 event::bbr_mode_name(want.bbr_mode)
@@ -252,7 +256,7 @@ fn parquet_round_trip_in_row_groups() {
                 assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
             }
         }
-        if event::has_modest_state(a) {
+        if registry::fills(a, EventGroup::Modest) {
             assert_eq!(col("min_win"), AnyValue::UInt32(want.min_win));
         } else {
             for c in [
@@ -265,7 +269,7 @@ fn parquet_round_trip_in_row_groups() {
                 assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
             }
         }
-        if event::has_theta(a) {
+        if registry::fills(a, EventGroup::Patched) {
             assert_eq!(col("theta"), AnyValue::Float64(event::theta(want.theta)));
             assert_eq!(col("on_us"), AnyValue::UInt32(want.on_us));
             assert_eq!(
@@ -277,7 +281,7 @@ fn parquet_round_trip_in_row_groups() {
                 assert_eq!(col(c), AnyValue::Null, "{c} on a row of algo {a}");
             }
         }
-        if event::has_dstar_state(a) {
+        if registry::fills(a, EventGroup::Dstar) {
             assert_eq!(
                 col("dstar_mode").get_str().unwrap(),
                 event::dstar_mode_name(want.dstar_mode)
@@ -372,10 +376,10 @@ fn csv_round_trip() {
         assert_eq!(row.len(), COLUMNS.len());
         assert_eq!(row[col("ts_ns")], want.ts_ns.to_string());
         assert_eq!(row[col("saddr")], synthetic_saddr_text(i as u64));
-        assert_eq!(row[col("algo")], event::algo_name(want.algo));
+        assert_eq!(row[col("algo")], registry::kernel_name_of(want.algo));
         assert_eq!(row[col("cwnd")].parse::<u32>().unwrap(), want.cwnd);
         let a = want.algo;
-        if event::has_bbr_state(a) {
+        if registry::fills(a, EventGroup::Bbr) {
             assert_eq!(
                 row[col("cwnd_gain")].parse::<f64>().unwrap(),
                 event::gain(want.cwnd_gain)
@@ -383,7 +387,7 @@ fn csv_round_trip() {
         } else {
             assert_eq!(row[col("cwnd_gain")], "", "cwnd_gain on algo {a}");
         }
-        if event::has_theta(a) {
+        if registry::fills(a, EventGroup::Patched) {
             assert_eq!(
                 row[col("theta")].parse::<f64>().unwrap(),
                 event::theta(want.theta)
@@ -392,7 +396,7 @@ fn csv_round_trip() {
             assert_eq!(row[col("theta")], "", "theta on algo {a}");
             assert_eq!(row[col("off_us")], "", "off_us on algo {a}");
         }
-        if event::has_dstar_state(a) {
+        if registry::fills(a, EventGroup::Dstar) {
             assert_eq!(
                 row[col("dstar_mode")],
                 event::dstar_mode_name(want.dstar_mode)
@@ -400,7 +404,10 @@ fn csv_round_trip() {
             assert_eq!(row[col("dstar_bdp")], want.dstar_bdp.to_string());
         } else {
             assert_eq!(row[col("dstar_bdp")], "", "dstar_bdp on algo {a}");
-            assert_eq!(row[col("min_win")].is_empty(), !event::has_modest_state(a));
+            assert_eq!(
+                row[col("min_win")].is_empty(),
+                !registry::fills(a, EventGroup::Modest)
+            );
         }
     }
 }

@@ -368,4 +368,106 @@ struct ccctl_event {
 /* The event is 248 bytes with no implicit padding on either side. */
 #define CCCTL_EVENT_SIZE 248
 
+
+/*
+ * Rollout policy (bpf/policy.bpf.c, ccctl_core::policy).
+ *
+ * Rules live in two halves of the pinned array map "policy_rules"
+ * (CCCTL_POLICY_MAX_RULES entries each); "policy_hdr" says which half is in
+ * force.  ccctl writes the other half whole, then its count, then flips
+ * `active` (two one-field updates), so a new connection sees the old rule
+ * set or the new one, never a mix; a ccctl killed before the flip leaves
+ * the old set in force.  Rules are tried in order: the first that matches
+ * takes the connection.
+ */
+#define CCCTL_POLICY_MAX_RULES 64
+
+/* ccctl_policy_rule.match: which fields must match (all of them). */
+#define CCCTL_PM_LOCAL (1u << 0)       /* local address in local_net/local_mask */
+#define CCCTL_PM_REMOTE (1u << 1)      /* remote address in remote_net/remote_mask */
+#define CCCTL_PM_LOCAL_PORT (1u << 2)  /* local port */
+#define CCCTL_PM_REMOTE_PORT (1u << 3) /* remote port */
+#define CCCTL_PM_CGROUP (1u << 4)      /* socket's cgroup (v2) is cgroup_id or below it */
+#define CCCTL_PM_NETNS (1u << 5)       /* socket's network namespace cookie */
+
+/* ccctl_policy_rule.flags */
+#define CCCTL_POLICY_F_ENFORCE (1u << 0)     /* override an application's own TCP_CONGESTION */
+#define CCCTL_POLICY_F_ROLLED_BACK (1u << 1) /* canary off: every match gets the control */
+
+/* Canary share: hash of the 4-tuple modulo this, below share_bp: canary. */
+#define CCCTL_POLICY_SHARE_ONE 10000
+
+/* Deepest cgroup level a rule can name (the root is level 0). */
+#define CCCTL_POLICY_CGROUP_LEVELS 16
+
+struct ccctl_policy_rule {
+	__u32 rule_id;    /* FNV-1a 32 of the rule's name: stable across applies */
+	__u32 match;      /* CCCTL_PM_* */
+	__u32 flags;      /* CCCTL_POLICY_F_* */
+	__u32 share_bp;   /* canary share in 1/CCCTL_POLICY_SHARE_ONE; SHARE_ONE: all */
+	__u32 local_net[4];   /* addresses as in the trace filter: 16 bytes, network */
+	__u32 local_mask[4];  /* order, IPv4 as ::ffff:a.b.c.d; net = addr & mask */
+	__u32 remote_net[4];
+	__u32 remote_mask[4];
+	__u16 local_port;  /* host order */
+	__u16 remote_port; /* host order */
+	__u32 cgroup_level; /* level of cgroup_id (root 0), < CCCTL_POLICY_CGROUP_LEVELS */
+	__u64 cgroup_id;    /* cgroup v2 id (the directory's inode number) */
+	__u64 netns_cookie; /* SO_NETNS_COOKIE of the namespace */
+	char algo[CCCTL_CA_NAME_MAX];    /* kernel name for the canary (or all, share 1) */
+	char control[CCCTL_CA_NAME_MAX]; /* kernel name for the rest; "" = leave them */
+};
+
+struct ccctl_policy_hdr {
+	__u32 active;   /* 0: no rules; 1: half 0; 2: half 1 */
+	__u32 count[2]; /* rules in each half */
+	__u32 generation; /* bumped by every apply */
+};
+
+/* ccctl_policy_sk.group */
+#define CCCTL_POLICY_GROUP_NONE 0
+#define CCCTL_POLICY_GROUP_CANARY 1
+#define CCCTL_POLICY_GROUP_CONTROL 2
+#define CCCTL_POLICY_GROUP_ROLLED_BACK 3 /* was canary, moved back by a rollback */
+
+/* ccctl_policy_sk.flags */
+#define CCCTL_POLICY_SK_APP_SET (1u << 0)  /* the application set TCP_CONGESTION itself */
+#define CCCTL_POLICY_SK_ENFORCED (1u << 1) /* a rule with enforce set it: app setsockopt refused */
+
+/* Per-socket policy state (bpf_sk_storage "policy_sk", cloned to accepted children). */
+struct ccctl_policy_sk {
+	__u32 rule_id; /* the rule that took the socket; 0: none */
+	__u8 group;    /* CCCTL_POLICY_GROUP_* */
+	__u8 flags;    /* CCCTL_POLICY_SK_* */
+	__u16 pad;
+	char prev[CCCTL_CA_NAME_MAX]; /* congestion control before the rule set it */
+};
+
+/* Per-rule counters (hash "policy_stats", by rule_id). */
+struct ccctl_policy_stats {
+	__u64 canary;      /* connections given the canary algorithm */
+	__u64 control;     /* connections given (or left on) the control */
+	__u64 app_kept;    /* matched, but the application's own choice was kept */
+	__u64 failed;      /* bpf_setsockopt refused (algorithm not registered) */
+	__u64 app_refused; /* application TCP_CONGESTION refused (enforce) */
+	__u64 rolled_back; /* live connections moved back by a rollback */
+};
+
+/* What the rollback iterator (iter/tcp) does: one entry, written before each run. */
+struct ccctl_policy_iter_cfg {
+	__u32 rule_id;    /* sockets of this rule's canary group */
+	__u32 pad;
+	char to[CCCTL_CA_NAME_MAX]; /* move them to this; "": each socket's previous one */
+	__u64 moved;      /* out: sockets moved */
+	__u64 failed;     /* out: bpf_setsockopt refused */
+};
+
+/*
+ * The policy as applied (JSON written by ccctl), one per half, for `policy
+ * show`: map "policy_doc", value a __u32 length (native order) then up to
+ * CCCTL_POLICY_DOC_MAX bytes of JSON.  Declared in policy.bpf.c, not here:
+ * bindgen would give Rust a 64 KiB struct ccctl reads as bytes anyway.
+ */
+#define CCCTL_POLICY_DOC_MAX 65532
+
 #endif /* __CCCTL_ABI_H */

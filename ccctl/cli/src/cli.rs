@@ -1,6 +1,7 @@
 //! The `ccctl` command line.
 #[cfg(feature = "lab")]
 mod lab;
+pub mod policy;
 mod trace;
 
 use std::collections::BTreeMap;
@@ -47,6 +48,9 @@ pub enum Command {
     Lab(lab::LabCommand),
     /// Per-ACK events of the loaded algorithms into Parquet, CSV or a live per-flow table.
     Trace(trace::TraceArgs),
+    /// Rollout policy: which new connections get which algorithm (by port, prefix, cgroup, netns), canaries, rollback.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
     /// Load, tune and trace from a config file; SIGHUP reloads it, SIGTERM cleans up.
     Daemon(DaemonArgs),
     /// Print a shell completion script (e.g. `ccctl completions bash > /etc/bash_completion.d/ccctl`).
@@ -220,6 +224,7 @@ pub fn run(cli: Cli) -> Result<()> {
         #[cfg(feature = "lab")]
         Command::Lab(cmd) => lab::run(cmd, cli.verbose),
         Command::Trace(args) => trace::run(args),
+        Command::Policy(cmd) => policy::run(cmd),
         Command::Daemon(args) => crate::daemon::run(crate::daemon::DaemonOptions {
             config: args.config,
             lock: args.lock,
@@ -269,6 +274,7 @@ fn repair_state() {
         Ok(r) => fixed.extend(r.into_iter().map(|r| r.what)),
         Err(e) => tracing::debug!("checking for half-done loads: {e}"),
     }
+    fixed.extend(ccctl_core::policy::kernel::repair());
     match ccctl_core::trace::switch_off_orphaned() {
         Ok(Some(pid)) => fixed.push(format!(
             "switched tracing off: a trace session (pid {pid}) that is gone left it on"

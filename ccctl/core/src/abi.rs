@@ -64,6 +64,22 @@ unsafe impl Plain for ccctl_trace_cfg {}
 // SAFETY: as above; CCCTL_EVENT_SIZE states the size, checked below.
 unsafe impl Plain for ccctl_event {}
 
+// SAFETY: as above; fields ordered so that none needs padding (136 bytes).
+unsafe impl Plain for ccctl_policy_rule {}
+// SAFETY: as above (u32 fields only).
+unsafe impl Plain for ccctl_policy_hdr {}
+// SAFETY: as above (u64 fields only).
+unsafe impl Plain for ccctl_policy_stats {}
+// SAFETY: as above (u32, an explicit pad, a char array, then u64s).
+unsafe impl Plain for ccctl_policy_iter_cfg {}
+// SAFETY: as above (u32, u8, u8, explicit u16 pad, char array).
+unsafe impl Plain for ccctl_policy_sk {}
+
+const _: () = assert!(std::mem::size_of::<ccctl_policy_rule>() == 136);
+const _: () = assert!(std::mem::size_of::<ccctl_policy_hdr>() == 16);
+const _: () = assert!(std::mem::size_of::<ccctl_policy_stats>() == 48);
+const _: () = assert!(std::mem::size_of::<ccctl_policy_iter_cfg>() == 40);
+const _: () = assert!(std::mem::size_of::<ccctl_policy_sk>() == 24);
 const _: () = assert!(std::mem::size_of::<ccctl_event>() == CCCTL_EVENT_SIZE as usize);
 const _: () = assert!(std::mem::size_of::<ccctl_trace_cfg>() == 72);
 const _: () = assert!(std::mem::size_of::<ccctl_meta>() == 40);

@@ -20,6 +20,10 @@ pub mod dstar {
     include!(concat!(env!("OUT_DIR"), "/dstar.skel.rs"));
 }
 
+pub mod policy {
+    include!(concat!(env!("OUT_DIR"), "/policy.skel.rs"));
+}
+
 pub mod patched_bbr {
     include!(concat!(env!("OUT_DIR"), "/patched_bbr.skel.rs"));
 }

@@ -25,6 +25,7 @@ pub mod kernel;
 pub mod loader;
 pub mod params;
 pub mod pins;
+pub mod policy;
 mod register;
 pub mod registry;
 pub mod status;

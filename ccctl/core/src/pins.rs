@@ -47,11 +47,43 @@ pub fn shared_dir() -> PathBuf {
 
 /// Removes the shared maps' pins once no algorithm is loaded any more.
 pub(crate) fn remove_shared_if_unused() {
-    let any_loaded = ALGORITHMS.iter().any(|a| pin_dir(a).exists());
+    let any_loaded = ALGORITHMS.iter().any(|a| pin_dir(a).exists()) || !derived_dirs().is_empty();
     if !any_loaded {
         let _ = fs::remove_dir_all(shared_dir());
         let _ = fs::remove_dir(pin_root());
     }
+}
+
+/// A rollout policy rule's parameter set runs on a *derived registration*
+/// of an algorithm (`crate::policy::kernel`): pinned as `<algo>@p<N>`
+/// (bpffs refuses dots in names), registered as `<kernel name>_p<N>`.
+pub fn derived_names(base: &Algorithm, n: u32) -> (String, String) {
+    (
+        format!("{}@p{n}", base.name),
+        format!("{}_p{n}", base.kernel_name),
+    )
+}
+
+/// The derived registrations' pin directories now: (base, N).
+pub fn derived_dirs() -> Vec<(&'static Algorithm, u32)> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(pin_root()) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        for base in ALGORITHMS {
+            if let Some(n) = name
+                .strip_prefix(base.name)
+                .and_then(|r| r.strip_prefix("@p"))
+                .and_then(|n| n.parse::<u32>().ok())
+            {
+                out.push((base, n));
+            }
+        }
+    }
+    out.sort_by_key(|(b, n)| (b.name, *n));
+    out
 }
 
 /// `<bpffs>/ccctl`, the root of all our pins.

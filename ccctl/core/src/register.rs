@@ -105,6 +105,11 @@ macro_rules! open_and_register {
             })?;
         rodata.ccctl_cfg.kernel_features = plan.kernel.features();
         rodata.ccctl_cfg.fault_inject = plan.fault_inject;
+        // The kernel registers it under this name: the algorithm's own, or
+        // a derived one for a policy rule's parameter set (`modest_bbr_p1`).
+        let name = crate::pins::name_to_c(plan.algo.kernel_name);
+        open.struct_ops.ops_mut().name = name;
+        open.struct_ops.ops_pre610_mut().name = name;
         register_skeleton(open, plan)
     }};
 }

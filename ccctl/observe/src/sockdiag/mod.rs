@@ -242,4 +242,7 @@ pub struct TcpSocket {
     pub cc: Option<String>,
     /// `struct tcp_info` from `INET_DIAG_INFO`.
     pub info: Option<TcpInfo>,
+    /// The socket's cgroup v2 id from `INET_DIAG_CGROUP_ID` (Linux 5.7+;
+    /// sent unasked), for the rollout policy's cgroup rules.
+    pub cgroup_id: Option<u64>,
 }

@@ -498,6 +498,7 @@ fn socket(cookie: u64, local_port: u16, cc: Option<&str>, acked: Option<u64>) ->
             bytes_acked: Some(a),
             ..Default::default()
         }),
+        cgroup_id: None,
     }
 }
 

@@ -14,6 +14,9 @@ use netlink_packet_sock_diag::{
     SockDiagMessage, SOCK_DIAG_BY_FAMILY,
 };
 
+/// `INET_DIAG_CGROUP_ID` (`linux/inet_diag.h`), not in the crate's constants.
+const INET_DIAG_CGROUP_ID: u16 = 21;
+
 use super::tcp_info::parse_tcp_info;
 use super::{parse_err, DiagError, TcpSocket, TCP_INFO_MIN_LEN};
 /// `sizeof(struct inet_diag_msg)`: the fixed part of every reply, before
@@ -89,6 +92,7 @@ pub(super) fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagErr
         cookie: u64::from(cookie_hi) << 32 | u64::from(cookie_lo),
         cc: None,
         info: None,
+        cgroup_id: None,
     };
 
     for attr in NlasIterator::new(&p[INET_DIAG_MSG_LEN..]) {
@@ -111,6 +115,9 @@ pub(super) fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagErr
                 if !name.is_empty() {
                     sock.cc = Some(String::from_utf8_lossy(name).into_owned());
                 }
+            }
+            INET_DIAG_CGROUP_ID if data.len() == 8 => {
+                sock.cgroup_id = Some(u64::from_ne_bytes(data.try_into().unwrap_or([0; 8])));
             }
             _ => {}
         }

@@ -1,0 +1,369 @@
+//! `ccctl policy apply|show|rollback|clear`: the rollout policy
+//! (`ccctl_core::policy`).
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+use ccctl_core::kernel;
+use ccctl_core::policy::{kernel as pk, CgroupRef, Conn, Policy, PolicyFile};
+use ccctl_observe::sockdiag::DiagSocket;
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate a policy file and put it in force for new connections (the previous policy is replaced whole).
+    Apply(ApplyArgs),
+    /// The policy in force: rules in order (first match wins), states, counters.
+    Show(ShowArgs),
+    /// Roll a rule back: new connections it matches get its control, and its canary's live connections are moved back.
+    Rollback(RollbackArgs),
+    /// Remove the policy: programs detached, pins removed, the registrations it made unloaded.
+    Clear,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// The policy file (TOML, `[[rule]]` tables; see examples/fleet/policy.toml).
+    pub file: PathBuf,
+    /// Change nothing: validate, then list which current connections each rule would take.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// The rule's name.
+    pub name: String,
+    /// Why, for the record (kept with the rule's state).
+    #[arg(long, default_value = "by hand (ccctl policy rollback)")]
+    pub why: String,
+}
+
+pub fn run(cmd: PolicyCommand) -> Result<()> {
+    match cmd {
+        PolicyCommand::Apply(a) => apply(a),
+        PolicyCommand::Show(a) => show(a),
+        PolicyCommand::Rollback(a) => rollback(a),
+        PolicyCommand::Clear => clear(),
+    }
+}
+
+/// Read and validate a policy file; the error names the file and the field.
+pub fn load_file(path: &Path) -> Result<Policy> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let file =
+        PolicyFile::from_toml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    file.validate(&pk::HostEnv)
+        .map_err(|e| anyhow::anyhow!("{}: {e}; nothing applied", path.display()))
+}
+
+fn apply(args: ApplyArgs) -> Result<()> {
+    if !args.dry_run {
+        kernel::check_privileges().context("ccctl policy apply")?;
+    }
+    let policy = load_file(&args.file)?;
+    for o in &policy.overlaps {
+        eprintln!("ccctl: note: {o}");
+    }
+    if args.dry_run {
+        let takes = dry_run(&policy)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&takes)?);
+            return Ok(());
+        }
+        println!(
+            "dry run: {} rule(s), first match wins; nothing changed",
+            policy.rules.len()
+        );
+        for r in &policy.rules {
+            let list = takes.get(&r.name).map(Vec::as_slice).unwrap_or(&[]);
+            println!(
+                "rule {} ({}) -> {}{}{}; would take {} current connection(s)",
+                r.name,
+                r.describe_match(),
+                r.algorithm.name,
+                if r.share < 1.0 {
+                    format!(" on {:.1} % (canary)", r.share * 100.0)
+                } else {
+                    String::new()
+                },
+                r.control
+                    .as_ref()
+                    .map(|c| format!(", the rest {}", c.name))
+                    .unwrap_or_default(),
+                list.len()
+            );
+            for c in list {
+                println!(
+                    "  {} -> {}  {} -> {}",
+                    c.local,
+                    c.remote,
+                    c.cc.as_deref().unwrap_or("?"),
+                    c.gets.as_deref().unwrap_or("(unchanged)")
+                );
+            }
+        }
+        println!("(new connections only: live ones keep their algorithm)");
+        return Ok(());
+    }
+    let report = pk::apply(
+        &policy,
+        &format!("ccctl policy apply {}", args.file.display()),
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "applied {} rule(s) from {} (generation {}); first match wins; new connections from now on",
+        report.rules,
+        args.file.display(),
+        report.generation
+    );
+    for a in &report.loaded {
+        println!("  loaded {a}");
+    }
+    for (rule, k) in &report.registered {
+        println!("  rule {rule}: its parameter set registered as `{k}`");
+    }
+    for k in &report.unloaded {
+        println!("  unloaded `{k}` (no rule uses it now)");
+    }
+    Ok(())
+}
+
+/// A current connection a rule would take.
+#[derive(Debug, serde::Serialize)]
+pub struct Take {
+    pub local: std::net::SocketAddr,
+    pub remote: std::net::SocketAddr,
+    /// Its algorithm now.
+    pub cc: Option<String>,
+    pub canary: bool,
+    /// What it would get (`None`: left as it is).
+    pub gets: Option<String>,
+}
+
+/// Which current connections (inet_diag: this namespace and each rule's)
+/// each rule would take if it applied to them.
+pub fn dry_run(policy: &Policy) -> Result<BTreeMap<String, Vec<Take>>> {
+    let mut spaces: Vec<(Option<PathBuf>, Option<u64>)> = vec![(None, None)];
+    if let Ok(c) = pk::netns_cookie(Path::new("/proc/self/ns/net")) {
+        spaces[0].1 = Some(c);
+    }
+    for r in &policy.rules {
+        if let Some(n) = &r.netns {
+            if !spaces.iter().any(|(_, c)| *c == Some(n.cookie)) {
+                spaces.push((Some(n.path.clone()), Some(n.cookie)));
+            }
+        }
+    }
+    // Each cgroup rule's subtree, as ids.
+    let mut subtrees: BTreeMap<PathBuf, BTreeSet<u64>> = BTreeMap::new();
+    for r in &policy.rules {
+        if let Some(c) = &r.cgroup {
+            subtrees
+                .entry(c.path.clone())
+                .or_insert_with(|| subtree_ids(&c.path));
+        }
+    }
+    let in_cgroup = |g: &CgroupRef, id: u64| subtrees.get(&g.path).is_some_and(|s| s.contains(&id));
+    let mut out: BTreeMap<String, Vec<Take>> = BTreeMap::new();
+    for (path, cookie) in spaces {
+        let diag = match &path {
+            None => DiagSocket::open(),
+            Some(p) => DiagSocket::open_in_netns(p),
+        }
+        .context("opening inet_diag")?;
+        for s in diag.tcp_sockets().context("listing TCP connections")? {
+            let c = Conn {
+                local: s.local.ip(),
+                local_port: s.local.port(),
+                remote: s.remote.ip(),
+                remote_port: s.remote.port(),
+                cgroup_id: s.cgroup_id,
+                netns_cookie: cookie,
+            };
+            if let Some(d) = policy.decide(&c, &in_cgroup) {
+                out.entry(d.rule).or_default().push(Take {
+                    local: s.local,
+                    remote: s.remote,
+                    cc: s.cc,
+                    canary: d.canary,
+                    gets: d.gets,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn subtree_ids(root: &Path) -> BTreeSet<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut ids = BTreeSet::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        if let Ok(md) = std::fs::metadata(&d) {
+            ids.insert(md.ino());
+        }
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    todo.push(e.path());
+                }
+            }
+        }
+    }
+    ids
+}
+
+#[derive(serde::Serialize)]
+struct ShowJson<'a> {
+    installed: bool,
+    policy: Option<&'a pk::Applied>,
+    /// Counters per rule name.
+    counters: BTreeMap<String, Counters>,
+}
+
+#[derive(serde::Serialize, Default)]
+struct Counters {
+    canary: u64,
+    control: u64,
+    app_kept: u64,
+    failed: u64,
+    app_refused: u64,
+    rolled_back: u64,
+}
+
+fn show(args: ShowArgs) -> Result<()> {
+    let doc = pk::current()?;
+    let stats = pk::stats().unwrap_or_default();
+    let mut counters = BTreeMap::new();
+    if let Some(d) = &doc {
+        for r in &d.rules {
+            let s = stats.get(&r.rule.id).copied().unwrap_or_default();
+            counters.insert(
+                r.rule.name.clone(),
+                Counters {
+                    canary: s.canary,
+                    control: s.control,
+                    app_kept: s.app_kept,
+                    failed: s.failed,
+                    app_refused: s.app_refused,
+                    rolled_back: s.rolled_back,
+                },
+            );
+        }
+    }
+    if args.json {
+        let j = ShowJson {
+            installed: pk::installed(),
+            policy: doc.as_ref(),
+            counters,
+        };
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(());
+    }
+    let Some(d) = doc else {
+        println!("no policy applied");
+        return Ok(());
+    };
+    println!(
+        "policy generation {}, applied {} by {} ({})",
+        d.generation,
+        ccctl_core::units::utc(d.applied.at_unix, "-", " ", ":", ""),
+        d.applied.by,
+        d.applied.why
+    );
+    println!("rules are tried in order; the first that matches a new connection takes it (first match wins)");
+    for (i, r) in d.rules.iter().enumerate() {
+        let c = counters
+            .get(&r.rule.name)
+            .map(|c| (c.canary, c.control, c.app_kept, c.failed));
+        let (can, ctl, kept, failed) = c.unwrap_or_default();
+        println!(
+            "{}. {} [{}] {}: {} `{}`{}{}{}",
+            i + 1,
+            r.rule.name,
+            match r.state {
+                pk::RuleState::Canary => "canary",
+                pk::RuleState::Active => "active",
+                pk::RuleState::RolledBack => "rolled back",
+            },
+            r.rule.describe_match(),
+            r.rule.algorithm.name,
+            r.rule.algorithm.kernel_name,
+            if r.rule.share < 1.0 {
+                format!(" on {:.1} %", r.rule.share * 100.0)
+            } else {
+                String::new()
+            },
+            r.rule
+                .control
+                .as_ref()
+                .map(|c| format!(", the rest {}", c.kernel_name))
+                .unwrap_or_default(),
+            if r.rule.enforce { ", enforced" } else { "" },
+        );
+        println!(
+            "   connections: {can} canary, {ctl} control, {kept} kept the application's choice, {failed} failed"
+        );
+        if let Some(e) = &r.rolled_back {
+            println!(
+                "   rolled back {} by {}: {}",
+                ccctl_core::units::utc(e.at_unix, "-", " ", ":", ""),
+                e.by,
+                e.why
+            );
+        }
+    }
+    for o in &d.overlaps {
+        println!("note: {o}");
+    }
+    Ok(())
+}
+
+fn rollback(args: RollbackArgs) -> Result<()> {
+    kernel::check_privileges().context("ccctl policy rollback")?;
+    let r = pk::rollback(&args.name, &args.why)?;
+    println!(
+        "rolled back {}: new connections it matches get {}; {} live canary connection(s) moved back to {} ({} failed) in {}",
+        r.rule,
+        if r.to == "previous" {
+            "what they would have had"
+        } else {
+            &r.to
+        },
+        r.moved,
+        r.to,
+        r.failed,
+        r.namespaces.join(", ")
+    );
+    Ok(())
+}
+
+fn clear() -> Result<()> {
+    kernel::check_privileges().context("ccctl policy clear")?;
+    let r = pk::clear()?;
+    if !r.had_policy && r.unloaded.is_empty() {
+        println!("no policy applied; nothing to do");
+        return Ok(());
+    }
+    println!("policy removed: programs detached, pins removed");
+    for u in r.unloaded {
+        println!("  unloaded {u}");
+    }
+    Ok(())
+}

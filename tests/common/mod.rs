@@ -16,6 +16,7 @@ pub mod modest_wmax;
 pub mod patched;
 pub mod path;
 pub mod reproduce;
+pub mod policy;
 pub mod shard;
 pub mod tracing;
 pub mod tune;

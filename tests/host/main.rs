@@ -1029,3 +1029,28 @@ mod patched_host {
 fn reproduce_quick_reports_what_its_parquet_files_hold() {
     common::reproduce::reproduce_quick_reports_what_its_parquet_files_hold("host");
 }
+
+/// The rollout policy (`ccctl policy`, issue 28): rules by port, prefix and
+/// cgroup take exactly the connections they name; a 25 % canary of 200
+/// connections; rollback of live connections.
+mod policy {
+    #[test]
+    fn policy_rules_by_port_and_prefix_take_exactly_theirs() {
+        crate::common::policy::rules_by_port_and_prefix_take_exactly_theirs();
+    }
+
+    #[test]
+    fn policy_rule_by_cgroup_takes_exactly_its_processes() {
+        crate::common::policy::rule_by_cgroup_takes_exactly_its_processes();
+    }
+
+    #[test]
+    fn policy_canary_takes_its_share_and_rollback_moves_live_flows_back() {
+        crate::common::policy::canary_takes_its_share_and_rollback_moves_live_flows_back();
+    }
+
+    #[test]
+    fn policy_bad_files_change_nothing() {
+        crate::common::policy::bad_policies_change_nothing();
+    }
+}

@@ -1,0 +1,520 @@
+//! The rollout policy from the outside (`ccctl policy ...`): rules by
+//! port, by prefix and by cgroup take exactly the connections they name; a
+//! canary takes its share; a rollback moves live connections back. Every
+//! count is what inet_diag reports for the sockets (`INET_DIAG_CONG`, what
+//! `ss -ti` prints), in the testbed's sender namespaces.
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ccctl_lab::sockdiag::{DiagSocket, TcpSocket};
+use ccctl_lab::testbed::{Role, SenderConfig, Testbed, TestbedConfig};
+
+use super::{ccctl, registered, tempdir, Clean, Spawned};
+
+/// Removes the policy (and what it loaded) when a test ends, pass or fail.
+pub struct PolicyGuard {
+    _clean: Clean,
+}
+
+impl PolicyGuard {
+    pub fn new() -> PolicyGuard {
+        let _ = ccctl(&["policy", "clear"]);
+        PolicyGuard {
+            _clean: Clean::new(),
+        }
+    }
+}
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        let _ = ccctl(&["policy", "clear"]);
+    }
+}
+
+/// A testbed of `senders` senders on the userspace path (10 ms, 100 Mbit/s).
+pub fn testbed(senders: usize) -> Testbed {
+    let mut cfg = TestbedConfig::new(100_000_000, 400 * 1514).userspace();
+    cfg.senders = vec![
+        SenderConfig {
+            rtt: Duration::from_millis(10),
+            gate: None,
+        };
+        senders
+    ];
+    super::flows::testbed(cfg)
+}
+
+fn ns_path(tb: &Testbed, role: Role) -> PathBuf {
+    ccctl_sys::netns::named(&tb.ns(role))
+}
+
+/// A listener in the receiver's namespace that accepts everything and
+/// holds the connections (answering "pong" to any byte) until dropped.
+pub struct Server {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    pub fn start(tb: &Testbed, port: u16) -> Server {
+        let addr = SocketAddr::new(tb.receiver_addr(), port);
+        let l = ccctl_sys::netns::run_in(&ns_path(tb, Role::Receiver), || TcpListener::bind(addr))
+            .expect("entering the receiver namespace")
+            .expect("listening in the receiver namespace");
+        l.set_nonblocking(true).expect("nonblocking listener");
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held: Vec<TcpStream> = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((c, _)) => {
+                        let _ = c.set_nonblocking(true);
+                        held.push(c);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+                for c in &mut held {
+                    let mut b = [0u8; 64];
+                    if let Ok(n) = c.read(&mut b) {
+                        if n > 0 {
+                            let _ = c.write_all(b"pong");
+                        }
+                    }
+                }
+            }
+        });
+        Server {
+            stop,
+            thread: Some(thread),
+            addr,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `n` connections from sender `i` to `to`, bound to local ports
+/// `first_port..first_port + n` when given (so the 4-tuples, hence the
+/// canary split, are the same on every run), made in the sender's namespace.
+pub fn connect(
+    tb: &Testbed,
+    i: usize,
+    to: SocketAddr,
+    n: usize,
+    first_port: Option<u16>,
+) -> Vec<TcpStream> {
+    let from = tb.sender_addr(i);
+    ccctl_sys::netns::run_in(&ns_path(tb, Role::Sender(i)), move || {
+        (0..n)
+            .map(|k| {
+                let sock = match from {
+                    IpAddr::V4(_) => rustix::net::socket(
+                        rustix::net::AddressFamily::INET,
+                        rustix::net::SocketType::STREAM,
+                        None,
+                    ),
+                    IpAddr::V6(_) => rustix::net::socket(
+                        rustix::net::AddressFamily::INET6,
+                        rustix::net::SocketType::STREAM,
+                        None,
+                    ),
+                }
+                .expect("socket");
+                rustix::net::sockopt::set_socket_reuseaddr(&sock, true).expect("SO_REUSEADDR");
+                let port = first_port.map_or(0, |p| p + k as u16);
+                rustix::net::bind(&sock, &SocketAddr::new(from, port)).expect("bind");
+                rustix::net::connect(&sock, &to).expect("connect");
+                TcpStream::from(sock)
+            })
+            .collect::<Vec<_>>()
+    })
+    .expect("entering the sender namespace")
+}
+
+/// Every TCP socket inet_diag lists in sender `i`'s namespace, waiting until
+/// at least `want` of them are established toward `port` (`None`: any port).
+pub fn sockets_to(tb: &Testbed, i: usize, port: Option<u16>, want: usize) -> Vec<TcpSocket> {
+    let diag = DiagSocket::open_in_netns(&ns_path(tb, Role::Sender(i))).expect("inet_diag");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all: Vec<TcpSocket> = diag
+            .tcp_sockets()
+            .expect("dumping sockets")
+            .into_iter()
+            .filter(|s| port.is_none_or(|p| s.remote.port() == p))
+            .collect();
+        if all.len() >= want || Instant::now() > deadline {
+            return all;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Congestion control -> number of sockets.
+pub fn by_cc(socks: &[TcpSocket]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for s in socks {
+        *m.entry(s.cc.clone().unwrap_or_default()).or_insert(0) += 1;
+    }
+    m
+}
+
+fn write_policy(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("policy.toml");
+    std::fs::write(&p, text).expect("writing the policy file");
+    p
+}
+
+/// Each connection still answers: a byte out, "pong" back (none was reset).
+fn all_alive(conns: &mut [TcpStream]) {
+    for c in conns.iter_mut() {
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        c.write_all(b"p").expect("writing on a live connection");
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).expect("reading the answer");
+        assert_eq!(&b, b"pong");
+    }
+}
+
+/// A rule by remote port and a rule by local prefix (with a port, so as
+/// not to touch other sockets of the machine at the testbed's addresses),
+/// two senders, three server ports: every connection a rule names runs its
+/// algorithm, every other one does not.
+pub fn rules_by_port_and_prefix_take_exactly_theirs() {
+    let _g = PolicyGuard::new();
+    let tb = testbed(2);
+    let (p1, p2, p3) = (
+        tb.alloc_port() + 40000,
+        tb.alloc_port() + 40000,
+        tb.alloc_port() + 40000,
+    );
+    let dir = tempdir("policy-port-prefix");
+    let file = write_policy(
+        &dir,
+        &format!(
+            r#"
+[[rule]]
+name = "by-port"
+match = {{ remote_port = {p1} }}
+algorithm = "bbr"
+
+[[rule]]
+name = "by-prefix"
+match = {{ local = "198.18.2.0/24", remote_port = {p2} }}
+algorithm = "dstar"
+"#
+        ),
+    );
+    let dry = ccctl(&[
+        "policy",
+        "apply",
+        file.to_str().expect("utf-8"),
+        "--dry-run",
+    ])
+    .ok();
+    assert!(dry.stdout.contains("nothing changed"), "{}", dry.stdout);
+    assert!(!registered("bpf_bbr"), "a dry run loads nothing");
+    let out = ccctl(&["policy", "apply", file.to_str().expect("utf-8")]).ok();
+    println!("{}", out.stdout);
+    assert!(
+        registered("bpf_bbr") && registered("dstar"),
+        "apply loads what the rules name"
+    );
+    let servers: Vec<Server> = [p1, p2, p3]
+        .iter()
+        .map(|p| Server::start(&tb, *p))
+        .collect();
+    let n = 20;
+    let mut held = Vec::new();
+    for i in 0..2 {
+        for s in &servers {
+            held.extend(connect(&tb, i, s.addr, n, None));
+        }
+    }
+    let show = ccctl(&["policy", "show"]).ok();
+    println!("{}", show.stdout);
+    assert!(show.stdout.contains("first match wins"));
+    for i in 0..2 {
+        for (port, want) in [
+            (p1, Some("bpf_bbr")),
+            (p2, if i == 1 { Some("dstar") } else { None }),
+            (p3, None),
+        ] {
+            let socks = sockets_to(&tb, i, Some(port), n);
+            let counts = by_cc(&socks);
+            println!("sender {i} -> port {port}: {counts:?}");
+            assert_eq!(socks.len(), n, "sender {i} port {port}: {counts:?}");
+            match want {
+                Some(cc) => {
+                    assert_eq!(counts.get(cc), Some(&n), "sender {i} -> {port}: {counts:?}")
+                }
+                None => assert!(
+                    !counts.contains_key("bpf_bbr") && !counts.contains_key("dstar"),
+                    "sender {i} -> {port} is no rule's: {counts:?}"
+                ),
+            }
+        }
+    }
+    // The counters agree: 40 by port, 20 by prefix.
+    let json = ccctl(&["policy", "show", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("show --json");
+    assert_eq!(v["counters"]["by-port"]["canary"], 2 * n as u64);
+    assert_eq!(v["counters"]["by-prefix"]["canary"], n as u64);
+    assert_eq!(v["policy"]["order"], "first match wins");
+    drop(held);
+    drop(servers);
+    ccctl(&["policy", "clear"]).ok();
+    assert!(
+        !super::pin_root().join("policy").exists(),
+        "clear removes the pins"
+    );
+    assert!(
+        !registered("bpf_bbr") && !registered("dstar"),
+        "clear unloads what apply loaded"
+    );
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A cgroup v2 directory for one test, removed (its processes gone) on drop.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn new() -> TestCgroup {
+        let root = ccctl_core::policy::kernel::cgroup2_mount().expect("cgroup v2 mounted");
+        let dir = root.join(format!("ccctl-test-policy-{}", std::process::id()));
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).expect("creating a cgroup");
+        TestCgroup(dir)
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// iperf3 with 4 parallel connections from sender 0, started inside `cgroup`
+/// (or the test's own cgroup).
+fn iperf_client(tb: &Testbed, port: u16, cgroup: Option<&Path>) -> Spawned {
+    let enter = cgroup
+        .map(|c| format!("echo $$ > {}/cgroup.procs && ", c.display()))
+        .unwrap_or_default();
+    let script = format!(
+        "{enter}exec ip netns exec {} iperf3 -c {} -p {port} -P 4 -t 8 -b 2M",
+        tb.ns(Role::Sender(0)),
+        tb.receiver_addr()
+    );
+    Spawned::new(
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting iperf3"),
+    )
+}
+
+/// A rule by cgroup takes the connections of processes in that cgroup
+/// (iperf3 started there: 4 data and 1 control connection), and not those
+/// of the same program outside it, from the same host to the same receiver.
+pub fn rule_by_cgroup_takes_exactly_its_processes() {
+    let _g = PolicyGuard::new();
+    let cg = TestCgroup::new();
+    let tb = testbed(1);
+    let (pa, pb) = (tb.alloc_port(), tb.alloc_port());
+    let _servers: Vec<_> = [pa, pb]
+        .iter()
+        .map(|p| {
+            tb.spawn(
+                Role::Receiver,
+                &["iperf3", "-s", "-1", "-p", &p.to_string()],
+            )
+            .expect("iperf3 server")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let dir = tempdir("policy-cgroup");
+    let file = write_policy(
+        &dir,
+        &format!(
+            "[[rule]]\nname = \"by-cgroup\"\nmatch = {{ cgroup = \"{}\" }}\nalgorithm = \"dstar\"\n",
+            cg.0.display()
+        ),
+    );
+    ccctl(&["policy", "apply", file.to_str().expect("utf-8")]).ok();
+    let inside = iperf_client(&tb, pa, Some(&cg.0));
+    let outside = iperf_client(&tb, pb, None);
+    std::thread::sleep(Duration::from_secs(2));
+    let cg_id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg.0).expect("cgroup"));
+    let a = sockets_to(&tb, 0, Some(pa), 5);
+    let b = sockets_to(&tb, 0, Some(pb), 5);
+    println!("in the cgroup: {:?}; outside: {:?}", by_cc(&a), by_cc(&b));
+    assert_eq!(a.len(), 5, "iperf3 -P 4: 4 data + 1 control connection");
+    assert!(
+        a.iter().all(|s| s.cgroup_id == Some(cg_id)),
+        "inet_diag puts them in the cgroup"
+    );
+    assert_eq!(by_cc(&a).get("dstar"), Some(&5), "{:?}", by_cc(&a));
+    assert_eq!(b.len(), 5);
+    assert!(b.iter().all(|s| s.cgroup_id != Some(cg_id)));
+    assert!(!by_cc(&b).contains_key("dstar"), "{:?}", by_cc(&b));
+    drop(inside);
+    drop(outside);
+    ccctl(&["policy", "clear"]).ok();
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn canary_policy(tb: &Testbed, port: u16, share: f64) -> String {
+    format!(
+        r#"
+[[rule]]
+name = "canary"
+match = {{ remote_port = {port}, netns = "{}" }}
+algorithm = "modest-bbr"
+params = {{ w_min = 0.6 }}
+share = {share}
+control = "reno"
+"#,
+        ns_path(tb, Role::Sender(0)).display()
+    )
+}
+
+/// 200 connections under a 25 % canary: 25 % +- 5 % of them run the canary
+/// (a derived registration for the rule's parameter set), the rest the
+/// control, and each one on the side ccctl's own copy of the hash puts it.
+/// Then a rollback moves the canary's live connections to the control (none
+/// reset) and new connections no longer get the canary.
+pub fn canary_takes_its_share_and_rollback_moves_live_flows_back() {
+    let _g = PolicyGuard::new();
+    let tb = testbed(1);
+    let port = tb.alloc_port();
+    let dir = tempdir("policy-canary");
+    let file = write_policy(&dir, &canary_policy(&tb, port, 0.25));
+    let out = ccctl(&["policy", "apply", file.to_str().expect("utf-8")]).ok();
+    assert!(out.stdout.contains("modest_bbr_p1"), "{}", out.stdout);
+    let server = Server::start(&tb, port);
+    let n = 200;
+    let first = 41000u16;
+    let mut conns = connect(&tb, 0, server.addr, n, Some(first));
+    let socks = sockets_to(&tb, 0, Some(port), n);
+    let counts = by_cc(&socks);
+    println!("200 connections, 25 % canary: {counts:?}");
+    assert_eq!(socks.len(), n);
+    let canary = counts.get("modest_bbr_p1").copied().unwrap_or(0);
+    assert_eq!(
+        canary + counts.get("reno").copied().unwrap_or(0),
+        n,
+        "{counts:?}"
+    );
+    assert!((40..=60).contains(&canary), "25 % +- 5 % of 200: {canary}");
+    for s in &socks {
+        let predicted = ccctl_core::policy::in_canary(
+            ccctl_core::policy::canary_hash(
+                s.local.ip(),
+                s.local.port(),
+                s.remote.ip(),
+                s.remote.port(),
+            ),
+            2500,
+        );
+        let got = s.cc.as_deref() == Some("modest_bbr_p1");
+        assert_eq!(
+            got, predicted,
+            "{} -> {}: BPF and ccctl disagree on its side",
+            s.local, s.remote
+        );
+    }
+    // The derived registration carries the rule's own set.
+    let params = std::fs::read_dir(super::pin_root())
+        .expect("pins")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy() == "modest-bbr@p1");
+    assert!(
+        params,
+        "the parameter set's registration is pinned as modest-bbr@p1"
+    );
+
+    let rb = ccctl(&["policy", "rollback", "canary", "--why", "test"]).ok();
+    println!("{}", rb.stdout);
+    assert!(
+        rb.stdout.contains(&format!(
+            "{canary} live canary connection(s) moved back to reno (0 failed)"
+        )),
+        "{}",
+        rb.stdout
+    );
+    let after = by_cc(&sockets_to(&tb, 0, Some(port), n));
+    println!("after the rollback: {after:?}");
+    assert_eq!(
+        after.get("reno"),
+        Some(&n),
+        "every live connection on the control: {after:?}"
+    );
+    all_alive(&mut conns);
+    let more = connect(&tb, 0, server.addr, 40, Some(first + n as u16));
+    let all = by_cc(&sockets_to(&tb, 0, Some(port), n + 40));
+    assert_eq!(
+        all.get("reno"),
+        Some(&(n + 40)),
+        "new connections get the control: {all:?}"
+    );
+    let show = ccctl(&["policy", "show", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&show.stdout).expect("json");
+    assert_eq!(v["policy"]["rules"][0]["state"], "rolled_back");
+    assert_eq!(v["policy"]["rules"][0]["rolled_back"]["why"], "test");
+    assert_eq!(v["counters"]["canary"]["rolled_back"], canary as u64);
+    drop(more);
+    drop(conns);
+    drop(server);
+    ccctl(&["policy", "clear"]).ok();
+    assert!(
+        !registered("modest_bbr_p1"),
+        "clear unloads the derived registration"
+    );
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Bad files are refused with the field named and change nothing; policy
+/// commands need privileges.
+pub fn bad_policies_change_nothing() {
+    let _g = PolicyGuard::new();
+    let dir = tempdir("policy-bad");
+    let before = super::snapshot();
+    for (text, needle) in [
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nshare = 2", "rule[0].share: 2 is outside (0, 1]"),
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"nosuch\"", "rule[0].algorithm: unknown algorithm `nosuch`"),
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nmatch = { cgroup = \"/ccctl-no-such-cgroup\" }", "rule[0].match.cgroup"),
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nmatch = { remote = \"198.18.0.0/99\" }", "rule[0].match.remote"),
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"modest-bbr\"\nparams = { w_min = 2 }", "rule[0].params"),
+    ] {
+        let f = write_policy(&dir, text);
+        ccctl(&["policy", "apply", f.to_str().expect("utf-8")]).failed_with(&[needle, "nothing applied"]);
+        assert_eq!(super::snapshot(), before, "{text}: changed something");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

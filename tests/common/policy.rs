@@ -518,3 +518,62 @@ pub fn bad_policies_change_nothing() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The daemon takes `[[rule]]` tables from its config: applied at start,
+/// replaced on SIGHUP (a bad rule refused whole, the running policy kept),
+/// cleared on SIGTERM with `on_exit = "unload"`.
+pub fn daemon_applies_rules_and_reloads_them_on_sighup() {
+    let _g = PolicyGuard::new();
+    let dir = tempdir("policy-daemon");
+    let cfg = dir.join("daemon.toml");
+    let lock = dir.join("daemon.lock");
+    let rule = |port: u16, share: &str| {
+        format!("on_exit = \"unload\"\n[[rule]]\nname = \"web\"\nmatch = {{ remote_port = {port} }}\nalgorithm = \"reno\"\nshare = {share}\ncontrol = \"cubic\"\n")
+    };
+    std::fs::write(&cfg, rule(45443, "0.5")).expect("config");
+    let daemon = Spawned::new(
+        Command::new(super::ccctl_bin())
+            .args(["daemon", "--config"])
+            .arg(&cfg)
+            .arg("--lock")
+            .arg(&lock)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ccctl daemon"),
+    );
+    let show = || -> serde_json::Value {
+        serde_json::from_str(&ccctl(&["policy", "show", "--json"]).ok().stdout).expect("json")
+    };
+    super::lab::wait_for(
+        "the daemon to apply its rules",
+        Duration::from_secs(30),
+        || show()["policy"]["rules"][0]["remote_port"] == 45443,
+    );
+    assert_eq!(show()["policy"]["rules"][0]["state"], "canary");
+    std::fs::write(&cfg, rule(45444, "1.0")).expect("new config");
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::HUP);
+    super::lab::wait_for(
+        "the SIGHUP to replace the rules",
+        Duration::from_secs(30),
+        || show()["policy"]["rules"][0]["remote_port"] == 45444,
+    );
+    assert_eq!(show()["policy"]["rules"][0]["state"], "active");
+    // A bad rule: refused whole, the running policy stays.
+    std::fs::write(&cfg, rule(45445, "7")).expect("bad config");
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::HUP);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(show()["policy"]["rules"][0]["remote_port"], 45444);
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::TERM);
+    let out = daemon.take().wait_with_output().expect("daemon exit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "daemon: {stderr}");
+    assert!(
+        stderr.contains("rule[0].share: 7 is outside (0, 1]"),
+        "{stderr}"
+    );
+    assert!(
+        !super::pin_root().join("policy").exists(),
+        "on_exit = unload clears the policy"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

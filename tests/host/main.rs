@@ -1050,6 +1050,11 @@ mod policy {
     }
 
     #[test]
+    fn policy_daemon_applies_rules_and_reloads_them_on_sighup() {
+        crate::common::policy::daemon_applies_rules_and_reloads_them_on_sighup();
+    }
+
+    #[test]
     fn policy_bad_files_change_nothing() {
         crate::common::policy::bad_policies_change_nothing();
     }

@@ -185,6 +185,10 @@ pub struct DaemonConfig {
     pub trace: Option<TraceConfig>,
     #[serde(default)]
     pub metrics: Option<MetricsConfig>,
+    /// Rollout policy rules (`[[rule]]`, as in a `ccctl policy apply`
+    /// file; see `ccctl_core::policy`): applied at start and on SIGHUP.
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<ccctl_core::policy::RuleSpec>,
 }
 
 /// Smallest rotation size: below it files would be mostly footer.
@@ -287,7 +291,18 @@ impl DaemonConfig {
         if let Some(m) = &self.metrics {
             m.addr().map_err(|e| format!("metrics.listen: {e}"))?;
         }
+        self.policy()?;
         Ok(())
+    }
+
+    /// The `[[rule]]` tables, validated against this machine (cgroups,
+    /// namespaces, the kernel's algorithms); errors name `rule[i].field`.
+    pub fn policy(&self) -> Result<ccctl_core::policy::Policy, String> {
+        ccctl_core::policy::PolicyFile {
+            rules: self.rules.clone(),
+        }
+        .validate(&ccctl_core::policy::kernel::HostEnv)
+        .map_err(|e| e.to_string())
     }
 
     pub fn rotate_bytes(&self) -> u64 {
@@ -374,6 +389,18 @@ mod tests {
                 "trace.local: `fd00::zz`: `fd00::zz` is not an IPv4 or IPv6 address",
             ),
             ("[trace]\nout_dir = \"/tmp/x\"\nremote = 5", "remote"),
+            (
+                "[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nshare = 0",
+                "rule[0].share: 0 is outside (0, 1]",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\nalgorithm = \"nosuch\"",
+                "rule[0].algorithm: unknown algorithm",
+            ),
+            (
+                "[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nmatch = { remote_port = 0 }",
+                "rule[0].match.remote_port",
+            ),
         ];
         for (text, needle) in cases {
             let e = DaemonConfig::from_toml(text).expect_err(text);

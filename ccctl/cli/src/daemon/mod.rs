@@ -247,6 +247,30 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
     Ok(())
 }
 
+/// The config's `[[rule]]` tables into the kernel: applied when they differ
+/// from what the daemon applied before (or at start), cleared when the
+/// config no longer has any (and the daemon had applied some).
+fn apply_policy(cfg: &DaemonConfig, prev: Option<&DaemonConfig>) -> Result<()> {
+    let before = prev.map(|p| p.rules.as_slice());
+    if before == Some(cfg.rules.as_slice()) {
+        return Ok(());
+    }
+    if cfg.rules.is_empty() {
+        if before.is_some_and(|b| !b.is_empty()) {
+            ccctl_core::policy::kernel::clear()?;
+            eprintln!("ccctl daemon: policy cleared (no [[rule]] in the config)");
+        }
+        return Ok(());
+    }
+    let policy = cfg.policy().map_err(anyhow::Error::msg)?;
+    let r = ccctl_core::policy::kernel::apply(&policy, "ccctl daemon config")?;
+    eprintln!(
+        "ccctl daemon: policy applied: {} rule(s), generation {}",
+        r.rules, r.generation
+    );
+    Ok(())
+}
+
 fn read_config(path: &Path) -> Result<DaemonConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -297,6 +321,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     let mut metrics_server = start_metrics(&rt, &cfg, &shared)?;
     let result = (|| -> Result<()> {
         apply(&cfg, None, &mut state)?;
+        apply_policy(&cfg, None)?;
         let mut tracing_thread = match &cfg.trace {
             Some(t) => Some(Tracing::start(t, cfg.rotate_bytes(), &shared)?),
             None => None,
@@ -350,6 +375,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
                             }
                         }
                         apply(&new, Some(&cfg), &mut state)?;
+                        apply_policy(&new, Some(&cfg))?;
                         tracing_thread = match (tracing_thread.take(), &new.trace) {
                             (Some(t), Some(tc))
                                 if cfg.trace.as_ref().map(|o| {
@@ -411,6 +437,12 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     rt.shutdown_timeout(Duration::from_secs(1));
     // Whatever happened above: leave the system as the config says.
     let mut cleanup_err = None;
+    // The policy goes before the algorithms it may use (`leave` keeps both).
+    if !cfg.rules.is_empty() && (cfg.on_exit == OnExit::Unload || result.is_err()) {
+        if let Err(e) = ccctl_core::policy::kernel::clear() {
+            cleanup_err.get_or_insert(e);
+        }
+    }
     if cfg.on_exit == OnExit::Unload || result.is_err() {
         for a in &cfg.algorithms {
             if let Ok(algo) = registry::find(&a.name) {

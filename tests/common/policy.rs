@@ -118,6 +118,18 @@ pub fn connect(
     n: usize,
     first_port: Option<u16>,
 ) -> Vec<TcpStream> {
+    connect_with(tb, i, to, n, first_port, None)
+}
+
+/// [`connect`], the application choosing `app_cc` (TCP_CONGESTION) before connecting.
+pub fn connect_with(
+    tb: &Testbed,
+    i: usize,
+    to: SocketAddr,
+    n: usize,
+    first_port: Option<u16>,
+    app_cc: Option<&'static str>,
+) -> Vec<TcpStream> {
     let from = tb.sender_addr(i);
     ccctl_sys::netns::run_in(&ns_path(tb, Role::Sender(i)), move || {
         (0..n)
@@ -136,6 +148,9 @@ pub fn connect(
                 }
                 .expect("socket");
                 rustix::net::sockopt::set_socket_reuseaddr(&sock, true).expect("SO_REUSEADDR");
+                if let Some(cc) = app_cc {
+                    rustix::net::sockopt::set_tcp_congestion(&sock, cc).expect("TCP_CONGESTION");
+                }
                 let port = first_port.map_or(0, |p| p + k as u16);
                 rustix::net::bind(&sock, &SocketAddr::new(from, port)).expect("bind");
                 rustix::net::connect(&sock, &to).expect("connect");
@@ -575,5 +590,60 @@ pub fn daemon_applies_rules_and_reloads_them_on_sighup() {
         !super::pin_root().join("policy").exists(),
         "on_exit = unload clears the policy"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An application's own TCP_CONGESTION wins over a rule unless the rule
+/// says `enforce = true`; under enforce the rule's algorithm is set anyway
+/// and a later change by the application is refused (EPERM).
+pub fn enforce_overrides_the_applications_choice_only_when_set() {
+    let _g = PolicyGuard::new();
+    let tb = testbed(1);
+    let (pk, pe) = (tb.alloc_port() + 41000, tb.alloc_port() + 41000);
+    let dir = tempdir("policy-enforce");
+    let file = write_policy(
+        &dir,
+        &format!(
+            "[[rule]]\nname = \"kept\"\nmatch = {{ remote_port = {pk} }}\nalgorithm = \"dstar\"\n\
+             [[rule]]\nname = \"enforced\"\nmatch = {{ remote_port = {pe} }}\nalgorithm = \"dstar\"\nenforce = true\n"
+        ),
+    );
+    ccctl(&["policy", "apply", file.to_str().expect("utf-8")]).ok();
+    let (sk, se) = (Server::start(&tb, pk), Server::start(&tb, pe));
+    let n = 10;
+    let _plain = connect(&tb, 0, sk.addr, n, None);
+    let _app = connect_with(&tb, 0, sk.addr, n, None, Some("reno"));
+    let enforced = connect_with(&tb, 0, se.addr, n, None, Some("reno"));
+    let kept = by_cc(&sockets_to(&tb, 0, Some(pk), 2 * n));
+    let enf = by_cc(&sockets_to(&tb, 0, Some(pe), n));
+    println!("without enforce: {kept:?}; with enforce: {enf:?}");
+    assert_eq!(
+        kept.get("dstar"),
+        Some(&n),
+        "the rule takes those that did not choose: {kept:?}"
+    );
+    assert_eq!(
+        kept.get("reno"),
+        Some(&n),
+        "the application's own choice is kept: {kept:?}"
+    );
+    assert_eq!(
+        enf.get("dstar"),
+        Some(&n),
+        "enforce overrides the application: {enf:?}"
+    );
+    let e = rustix::net::sockopt::set_tcp_congestion(&enforced[0], "reno").expect_err("refused");
+    assert_eq!(
+        e,
+        rustix::io::Errno::PERM,
+        "a change under enforce is refused with EPERM"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&ccctl(&["policy", "show", "--json"]).ok().stdout).expect("json");
+    assert_eq!(v["counters"]["kept"]["app_kept"], n as u64);
+    assert_eq!(v["counters"]["enforced"]["app_refused"], 1);
+    drop((sk, se));
+    ccctl(&["policy", "clear"]).ok();
+    let _ = tb.destroy();
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1055,6 +1055,11 @@ mod policy {
     }
 
     #[test]
+    fn policy_enforce_overrides_the_applications_choice_only_when_set() {
+        crate::common::policy::enforce_overrides_the_applications_choice_only_when_set();
+    }
+
+    #[test]
     fn policy_bad_files_change_nothing() {
         crate::common::policy::bad_policies_change_nothing();
     }

@@ -647,3 +647,123 @@ pub fn enforce_overrides_the_applications_choice_only_when_set() {
     let _ = tb.destroy();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `ccctl load modest-bbr --replace` during 50 live iperf3 flows of
+/// modest_bbr: none is reset (iperf3 ends cleanly and every data socket
+/// keeps delivering after the swap), the parameter set in force carries
+/// over, the link runs a new struct_ops map, new connections get the name,
+/// and the old object goes away once the old flows have closed while the
+/// new connections stay open: they are not on it.
+pub fn hot_upgrade_keeps_50_live_flows() {
+    use ccctl_lab::iperf::{self, FlowSpec};
+    let _c = Clean::new();
+    ccctl(&["load", "modest-bbr", "--wmin", "0.6"]).ok();
+    let tb = testbed(1);
+    let port = tb.alloc_port();
+    let mut spec = FlowSpec::new(0, "modest_bbr", Duration::from_secs(10)).port(port);
+    spec.extra_args = vec!["-P".into(), "50".into()];
+    let running = iperf::spawn_flows(&tb, &[spec]).expect("iperf3 -P 50");
+    let before = sockets_to(&tb, 0, Some(port), 51);
+    assert_eq!(
+        before.len(),
+        51,
+        "50 data connections and iperf3's control one"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let acked = |socks: &[TcpSocket]| -> BTreeMap<u64, u64> {
+        socks
+            .iter()
+            .map(|s| {
+                let a = s.info.as_ref().and_then(|i| i.bytes_acked).unwrap_or(0);
+                (s.cookie, a)
+            })
+            .collect()
+    };
+    let at_swap = acked(&sockets_to(&tb, 0, Some(port), 51));
+    let dir = super::pin_root().join("modest-bbr");
+    let old_id = ccctl_core::upgrade::link_map_id(&dir).expect("link");
+    let out = ccctl(&["load", "modest-bbr", "--replace"]).ok();
+    println!("{}", out.stdout);
+    let new_id = ccctl_core::upgrade::link_map_id(&dir).expect("link");
+    assert_ne!(old_id, new_id, "the link runs a new struct_ops map");
+    assert!(registered("modest_bbr"));
+    assert!(
+        libbpf_rs_map_exists(old_id),
+        "the old object still serves the running flows"
+    );
+    let tune = ccctl(&["tune", "modest-bbr", "--json"]).ok();
+    let v: serde_json::Value = serde_json::from_str(&tune.stdout).expect("json");
+    let w_min = v["params"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "w_min"))
+        .map(|p| p["value"].clone());
+    assert_eq!(
+        w_min,
+        Some(serde_json::json!(0.6)),
+        "the set in force carries over"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let after = sockets_to(&tb, 0, Some(port), 51);
+    let after_acked = acked(&after);
+    let mut grew = 0;
+    for (cookie, a0) in &at_swap {
+        let a1 = after_acked.get(cookie).copied();
+        assert!(a1.is_some(), "connection {cookie} is gone after the swap");
+        if a1.unwrap_or(0) > *a0 {
+            grew += 1;
+        }
+    }
+    assert!(
+        grew >= 50,
+        "every data connection keeps delivering: {grew} of 51 grew"
+    );
+    // iperf3 -C sets the data connections' algorithm, not its control one's.
+    assert_eq!(
+        by_cc(&after).get("modest_bbr"),
+        Some(&50),
+        "{:?}",
+        by_cc(&after)
+    );
+    let server = Server::start(&tb, tb.alloc_port());
+    let fresh = connect_with(&tb, 0, server.addr, 10, None, Some("modest_bbr"));
+    assert_eq!(
+        by_cc(&sockets_to(&tb, 0, Some(server.addr.port()), 10)).get("modest_bbr"),
+        Some(&10)
+    );
+    let results = running
+        .wait()
+        .expect("iperf3 ended cleanly: no connection was reset");
+    println!(
+        "50 flows through the swap: {:.1} Mbit/s in all",
+        results.iter().map(|r| r.goodput_bps).sum::<f64>() / 1e6
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while libbpf_rs_map_exists(old_id) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        !libbpf_rs_map_exists(old_id),
+        "the old object outlived its flows while 10 new connections stayed open: they run on it"
+    );
+    drop(fresh);
+    drop(server);
+    let _ = tb.destroy();
+}
+
+fn libbpf_rs_map_exists(id: u32) -> bool {
+    ccctl_core::upgrade::map_exists(id)
+}
+
+/// On a kernel without struct_ops links (6.1) `--replace` is refused with
+/// the reason, and the loaded algorithm is left as it was.
+pub fn replace_is_refused_without_struct_ops_links() {
+    let _c = Clean::new();
+    ccctl(&["load", "bbr"]).ok();
+    let before = super::snapshot();
+    ccctl(&["load", "bbr", "--replace"]).failed_with(&[
+        "cannot replace bbr in place",
+        "needs a struct_ops link (Linux 6.4+)",
+        "Nothing changed",
+    ]);
+    assert_eq!(super::snapshot(), before);
+}

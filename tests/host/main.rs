@@ -1060,6 +1060,11 @@ mod policy {
     }
 
     #[test]
+    fn hot_upgrade_keeps_50_live_flows() {
+        crate::common::policy::hot_upgrade_keeps_50_live_flows();
+    }
+
+    #[test]
     fn policy_bad_files_change_nothing() {
         crate::common::policy::bad_policies_change_nothing();
     }

@@ -839,3 +839,11 @@ fn ipv6_flows_are_traced_and_filtered_on_6_1() {
         50,
     );
 }
+
+/// `ccctl load NAME --replace` on 6.1 (no struct_ops link): refused with
+/// the reason, nothing changed.
+#[test]
+fn replace_is_refused_without_struct_ops_links() {
+    require_vm();
+    common::policy::replace_is_refused_without_struct_ops_links();
+}

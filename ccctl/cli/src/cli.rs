@@ -95,6 +95,11 @@ pub struct LoadArgs {
     /// Also make it the system default (net.ipv4.tcp_congestion_control); unload restores the previous one.
     #[arg(long)]
     pub default: bool,
+    /// Hot upgrade: swap the loaded algorithm for a fresh load of its object under the same
+    /// name (struct_ops link update, Linux 6.4+); running connections keep the old one, new
+    /// ones get the new one, the parameter set in force carries over.
+    #[arg(long, conflicts_with_all = ["default", PARAM_FLAGS])]
+    pub replace: bool,
     /// Initial parameters (defaults for the rest), in force before the first flow can use it.
     #[command(flatten)]
     pub values: ParamFlags,
@@ -275,6 +280,7 @@ fn repair_state() {
         Err(e) => tracing::debug!("checking for half-done loads: {e}"),
     }
     fixed.extend(ccctl_core::policy::kernel::repair());
+    fixed.extend(ccctl_core::upgrade::repair());
     match ccctl_core::trace::switch_off_orphaned() {
         Ok(Some(pid)) => fixed.push(format!(
             "switched tracing off: a trace session (pid {pid}) that is gone left it on"
@@ -289,6 +295,14 @@ fn repair_state() {
 
 fn load(args: LoadArgs) -> Result<()> {
     let algo = registry::find(&args.algo)?;
+    if args.replace {
+        let r = ccctl_core::upgrade::replace(algo, fault_inject_from_env()?)?;
+        println!(
+            "replaced {} (`{}`) in place: struct_ops map {} -> {}; running connections keep the old object, new ones get the new one",
+            algo.name, algo.kernel_name, r.old_map_id, r.new_map_id
+        );
+        return Ok(());
+    }
     // Validated before anything is loaded: a bad value loads nothing.
     let changes = args.values.changes();
     let initial = if changes.is_empty() {

@@ -81,6 +81,18 @@ pub enum Error {
     )]
     AlreadyLoaded { algo: String },
 
+    #[error(
+        "cannot replace {algo} in place on Linux {release}: swapping a registration under the \
+         same name needs a struct_ops link (Linux 6.4+); here the registration is the struct_ops \
+         map itself. Nothing changed. To upgrade anyway, `ccctl unload {algo}` then `ccctl load \
+         {algo}` (new connections in between get the default congestion control)"
+    )]
+    NoHotUpgrade { algo: String, release: String },
+
+    /// A refusal that is the whole story (no underlying error to chain).
+    #[error("{0}")]
+    Refused(String),
+
     #[error("{what}: {source}")]
     Bpf {
         what: String,

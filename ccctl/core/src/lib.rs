@@ -31,6 +31,7 @@ pub mod registry;
 pub mod status;
 pub mod trace;
 pub mod units;
+pub mod upgrade;
 
 /// The system layer, re-exported: namespaces, locks, clocks, signals.
 pub use ccctl_sys as sys;

@@ -90,6 +90,7 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
         pin_dir: dir.clone(),
         fault_inject: opts.fault_inject,
         params: opts.params.unwrap_or_else(params::defaults),
+        replace: false,
     };
     let attached = register::register(&plan)?;
 
@@ -177,7 +178,7 @@ pub fn unload_all() -> Result<Vec<(&'static str, UnloadOutcome)>> {
 /// length of one load or unload; released by the kernel if we die.
 const LOADER_LOCK: &str = "/run/ccctl/loader.lock";
 
-fn loader_lock() -> Result<ccctl_sys::lock::PidLock> {
+pub(crate) fn loader_lock() -> Result<ccctl_sys::lock::PidLock> {
     ccctl_sys::lock::PidLock::acquire(Path::new(LOADER_LOCK), ccctl_sys::lock::Wait::Yes).map_err(
         |e| Error::Io {
             what: format!("locking {LOADER_LOCK}"),

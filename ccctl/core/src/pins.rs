@@ -86,6 +86,33 @@ pub fn derived_dirs() -> Vec<(&'static Algorithm, u32)> {
     out
 }
 
+/// A hot upgrade's staged pins beside the old ones (`crate::upgrade`).
+pub(crate) const PIN_OPS_NEW: &str = "ops_new";
+pub(crate) const PIN_META_NEW: &str = "meta_new";
+pub(crate) const PIN_PARAMS_NEW: &str = "params_new";
+
+pub(crate) fn remove_swap_pins(dir: &Path) {
+    for p in [PIN_OPS_NEW, PIN_META_NEW, PIN_PARAMS_NEW] {
+        let _ = fs::remove_file(dir.join(p));
+    }
+}
+
+/// A hot upgrade's last step (`crate::upgrade`): the new maps take the old names.
+pub(crate) fn finish_swap(dir: &Path) -> Result<()> {
+    for (from, to) in [(PIN_META_NEW, "meta"), (PIN_PARAMS_NEW, "params")] {
+        let (a, b) = (dir.join(from), dir.join(to));
+        if a.exists() {
+            fs::rename(&a, &b).map_err(io(format!(
+                "renaming {} to {}",
+                a.display(),
+                b.display()
+            )))?;
+        }
+    }
+    let _ = fs::remove_file(dir.join(PIN_OPS_NEW));
+    Ok(())
+}
+
 /// `<bpffs>/ccctl`, the root of all our pins.
 pub fn pin_root() -> PathBuf {
     kernel::bpffs_root().join("ccctl")

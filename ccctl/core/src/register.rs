@@ -4,6 +4,7 @@
 //! as a `tcp_congestion_ops`; and taking a registration back out.
 use std::{
     ffi::OsStr,
+    os::fd::{AsFd, AsRawFd},
     path::{Path, PathBuf},
     sync::Mutex,
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -69,6 +70,9 @@ pub struct LoadPlan<'a> {
     /// Written into the params map before registration, so the first flow
     /// already runs on it.
     pub params: abi::ccctl_params,
+    /// Swap the pinned registration for this load instead of registering
+    /// (`ccctl load --replace`, `crate::upgrade`).
+    pub replace: bool,
 }
 
 /// Proof that an algorithm was registered and pinned.
@@ -224,6 +228,11 @@ where
     maps[meta_idx]
         .update(&0u32.to_ne_bytes(), meta.as_bytes(), MapFlags::ANY)
         .map_err(bpf("writing the meta map"))?;
+    if plan.replace {
+        let extra =
+            !tracers.is_empty() || maps.iter().any(|m| m.name() == OsStr::new(MAP_HEARTBEAT));
+        return swap(&mut maps, ops_idx, meta_idx, params_idx, extra, plan);
+    }
     let mut pin_maps = || -> Result<()> {
         create_pin_dir(&plan.pin_dir)?;
         maps[meta_idx]
@@ -276,6 +285,92 @@ where
     }
     link.disconnect();
     Ok(Attached { abi: kernel.abi() })
+}
+
+/// The hot upgrade's steps 1-4 (`crate::upgrade`), from the registration path once the new
+/// object is loaded and its params map written (`plan.replace`).
+fn swap(
+    maps: &mut [libbpf_rs::MapMut<'_>],
+    ops_idx: usize,
+    meta_idx: usize,
+    params_idx: usize,
+    extra_pins: bool,
+    plan: &LoadPlan<'_>,
+) -> Result<Attached> {
+    let dir = &plan.pin_dir;
+    if extra_pins {
+        return Err(Error::Refused(format!(
+            "cannot replace {} in place: its object carries a timer or a tracing program besides \
+             the registration, which --replace would leave on the old object; unload and load \
+             again instead. Nothing changed",
+            plan.algo.name
+        )));
+    }
+    let old_meta = crate::pins::read_meta(dir)?;
+    maps[meta_idx]
+        .update(
+            &0u32.to_ne_bytes(),
+            old_meta.as_bytes(),
+            libbpf_rs::MapFlags::ANY,
+        )
+        .map_err(bpf("writing the new meta map"))?;
+    crate::pins::remove_swap_pins(dir);
+    let staged = (|| -> Result<()> {
+        maps[meta_idx]
+            .pin(dir.join(crate::pins::PIN_META_NEW))
+            .map_err(bpf("pinning the new meta map"))?;
+        maps[params_idx]
+            .pin(dir.join(crate::pins::PIN_PARAMS_NEW))
+            .map_err(bpf("pinning the new params map"))?;
+        maps[ops_idx]
+            .pin(dir.join(crate::pins::PIN_OPS_NEW))
+            .map_err(bpf("pinning the new struct_ops map"))?;
+        // Prepares the map's value; registering the name again then fails
+        // (EEXIST): the name is the old link's until the update below.
+        match maps[ops_idx].attach_struct_ops() {
+            Ok(stray) => {
+                // Only if the old registration vanished meanwhile: take
+                // this one back out, nothing is swapped.
+                let _ = stray.detach();
+                return Err(Error::Refused(format!(
+                    "cannot replace {}: its registration went away during the swap",
+                    plan.algo.kernel_name
+                )));
+            }
+            Err(e) => tracing::debug!(
+                "preparing the new struct_ops map: {e} (expected: the name is taken)"
+            ),
+        }
+        let link_pin = dir.join("link");
+        let link = Link::open(&link_pin).map_err(bpf(format!("opening {}", link_pin.display())))?;
+        let ops_fd = maps[ops_idx].as_fd().as_raw_fd();
+        // SAFETY: plain syscall wrapper; both fds are valid for the call.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_link_update(
+                link.as_fd().as_raw_fd(),
+                ops_fd,
+                std::ptr::null(),
+            )
+        };
+        if rc < 0 {
+            return Err(Error::Io {
+                what: format!(
+                    "updating the struct_ops link of {} to the new object",
+                    plan.algo.kernel_name
+                ),
+                source: std::io::Error::from_raw_os_error(-rc),
+            });
+        }
+        Ok(())
+    })();
+    if let Err(e) = staged {
+        crate::pins::remove_swap_pins(dir);
+        return Err(e);
+    }
+    crate::pins::finish_swap(dir)?;
+    Ok(Attached {
+        abi: plan.kernel.abi(),
+    })
 }
 
 fn missing_map(name: &str) -> Error {

@@ -291,13 +291,11 @@ fn ensure_derived(
     let n = (1..).find(|n| !taken.contains(n)).unwrap_or(1);
     let d = derived_algo(base, n);
     if d.kernel_name.len() >= abi::CCCTL_CA_NAME_MAX as usize {
-        return Err(Error::Io {
-            what: format!("naming a registration of {} for a parameter set", base.name),
-            source: std::io::Error::other(format!(
-                "`{}` is longer than the kernel's 15 characters: too many parameter sets",
-                d.kernel_name
-            )),
-        });
+        return Err(Error::Refused(format!(
+            "a registration of {} for one more parameter set would be named `{}`, longer than \
+             the kernel's 15 characters: too many distinct parameter sets",
+            base.name, d.kernel_name
+        )));
     }
     loader::load(
         d,
@@ -439,14 +437,11 @@ fn publish(doc: &Applied) -> Result<()> {
         source: std::io::Error::other(e),
     })?;
     if json.len() > abi::CCCTL_POLICY_DOC_MAX as usize {
-        return Err(Error::Io {
-            what: "storing the policy document".into(),
-            source: std::io::Error::other(format!(
-                "{} bytes of JSON; at most {}",
-                json.len(),
-                abi::CCCTL_POLICY_DOC_MAX
-            )),
-        });
+        return Err(Error::Refused(format!(
+            "the policy document is {} bytes of JSON; at most {} fit its map: fewer or shorter rules",
+            json.len(),
+            abi::CCCTL_POLICY_DOC_MAX
+        )));
     }
     let mut value = vec![0u8; 4 + abi::CCCTL_POLICY_DOC_MAX as usize];
     value[..4].copy_from_slice(&(json.len() as u32).to_ne_bytes());
@@ -632,21 +627,19 @@ pub fn rollback(name: &str, why: &str) -> Result<RollbackReport> {
     pins::check_pin_tree()?;
     let _signals = ccctl_sys::signals::Deferred::new();
     let _lock = policy_lock()?;
-    let mut doc = current()?.ok_or_else(|| Error::Io {
-        what: format!("rolling back `{name}`"),
-        source: std::io::Error::other("no policy is applied"),
+    let mut doc = current()?.ok_or_else(|| {
+        Error::Refused(format!("cannot roll back `{name}`: no policy is applied"))
     })?;
     let known: Vec<String> = doc.rules.iter().map(|r| r.rule.name.clone()).collect();
     let r = doc
         .rules
         .iter_mut()
         .find(|r| r.rule.name == name)
-        .ok_or_else(|| Error::Io {
-            what: format!("rolling back `{name}`"),
-            source: std::io::Error::other(format!(
-                "no rule of that name; the policy has: {}",
+        .ok_or_else(|| {
+            Error::Refused(format!(
+                "cannot roll back `{name}`: no rule of that name; the policy has: {}",
                 known.join(", ")
-            )),
+            ))
         })?;
     let rule = r.rule.clone();
     if r.state != RuleState::RolledBack {

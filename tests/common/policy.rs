@@ -767,3 +767,104 @@ pub fn replace_is_refused_without_struct_ops_links() {
     ]);
     assert_eq!(super::snapshot(), before);
 }
+
+/// `ccctl policy apply` killed (SIGKILL) at 40 points of the second half of its run, between
+/// two policies whose rules need different parameter sets (so derived
+/// registrations come and go): after each kill the next command's repair
+/// leaves the policy applied whole or not at all, every derived
+/// registration in the kernel pinned and named by the applied policy, and
+/// no pin without a registration. `clear` then leaves nothing.
+pub fn policy_apply_survives_sigkill_anywhere() {
+    let _g = PolicyGuard::new();
+    let dir = tempdir("policy-kill");
+    let text = |w: &str| {
+        format!(
+            "[[rule]]\nname = \"soak\"\nmatch = {{ remote_port = 45999 }}\nalgorithm = \"modest-bbr\"\nparams = {{ w_min = {w} }}\nshare = 0.5\ncontrol = \"reno\"\n"
+        )
+    };
+    let files = [("a", text("0.6")), ("b", text("0.5"))].map(|(n, t)| {
+        let p = dir.join(format!("{n}.toml"));
+        std::fs::write(&p, t).expect("policy file");
+        p
+    });
+    ccctl(&["policy", "apply", files[0].to_str().expect("utf-8")]).ok();
+    // How long one change of set takes here (the first apply also
+    // installs the programs), to spread the kills over it.
+    let t0 = Instant::now();
+    ccctl(&["policy", "apply", files[1].to_str().expect("utf-8")]).ok();
+    let full = t0.elapsed();
+    println!("one apply (loading a registration): {full:?}");
+    let mut repairs = 0;
+    for k in 0..40u32 {
+        let file = &files[(k % 2) as usize];
+        let mut child = Spawned::new(
+            Command::new(super::ccctl_bin())
+                .args(["policy", "apply", file.to_str().expect("utf-8")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("ccctl policy apply"),
+        );
+        std::thread::sleep(full.mul_f64(0.5 + f64::from(k) / 40.0 * 0.6));
+        let _ = child.kill();
+        let _ = child.take().wait();
+        // Any command repairs first; show then reads the state.
+        let show = ccctl(&["policy", "show", "--json"]).ok();
+        for line in show.stderr.lines().filter(|l| l.contains("repaired")) {
+            println!("  {line}");
+            repairs += 1;
+        }
+        let v: serde_json::Value = serde_json::from_str(&show.stdout).expect("json");
+        let derived: Vec<String> = v["policy"]["derived"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let pinned: Vec<String> = std::fs::read_dir(super::pin_root())
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("modest-bbr@p"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let in_kernel: Vec<String> = super::available()
+            .into_iter()
+            .filter(|n| n.starts_with("modest_bbr_p"))
+            .collect();
+        println!(
+            "kill {k} after {:?}: applied {derived:?}, pinned {pinned:?}, kernel {in_kernel:?}",
+            full.mul_f64(0.5 + f64::from(k) / 40.0 * 0.6)
+        );
+        assert_eq!(
+            v["policy"]["rules"].as_array().map(Vec::len),
+            Some(1),
+            "the policy is applied whole"
+        );
+        assert_eq!(derived.len(), 1, "one registration for the rule's set");
+        let mut p = pinned.clone();
+        p.sort();
+        assert_eq!(
+            p, derived,
+            "only the applied policy's registration is pinned"
+        );
+        assert_eq!(in_kernel.len(), 1, "only it is registered: {in_kernel:?}");
+        let kernel_name = v["policy"]["rules"][0]["algorithm"]["kernel_name"]
+            .as_str()
+            .unwrap_or("");
+        assert_eq!(
+            in_kernel[0], kernel_name,
+            "the rule names the registration that exists"
+        );
+    }
+    println!("{repairs} repair(s) after 40 kills");
+    ccctl(&["policy", "clear"]).ok();
+    assert!(!super::pin_root().join("policy").exists());
+    assert!(!super::available()
+        .iter()
+        .any(|n| n.starts_with("modest_bbr")));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1065,6 +1065,11 @@ mod policy {
     }
 
     #[test]
+    fn policy_apply_survives_sigkill_anywhere() {
+        crate::common::policy::policy_apply_survives_sigkill_anywhere();
+    }
+
+    #[test]
     fn policy_bad_files_change_nothing() {
         crate::common::policy::bad_policies_change_nothing();
     }

@@ -351,3 +351,12 @@ fn an_empty_policy_is_valid() {
     let p = policy("").expect("no rules");
     assert!(p.rules.is_empty() && p.overlaps.is_empty());
 }
+
+#[test]
+fn the_fleet_example_is_valid() {
+    let p = policy(include_str!("../../../../examples/fleet/policy.toml")).expect("valid");
+    let names: Vec<&str> = p.rules.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["web-canary", "rsync-dstar"]);
+    assert!(p.rules[1].enforce);
+    assert!(p.overlaps.is_empty(), "IPv4 and IPv6 rules never meet: {:?}", p.overlaps);
+}

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ccctl_lab::sockdiag::{DiagSocket, TcpSocket};
 use ccctl_lab::testbed::{Role, SenderConfig, Testbed, TestbedConfig};
+use ccctl_observe::sockdiag::{DiagSocket, TcpSocket};
 
 use super::{ccctl, registered, tempdir, Clean, Spawned};
 

@@ -358,5 +358,9 @@ fn the_fleet_example_is_valid() {
     let names: Vec<&str> = p.rules.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["web-canary", "rsync-dstar"]);
     assert!(p.rules[1].enforce);
-    assert!(p.overlaps.is_empty(), "IPv4 and IPv6 rules never meet: {:?}", p.overlaps);
+    assert!(
+        p.overlaps.is_empty(),
+        "IPv4 and IPv6 rules never meet: {:?}",
+        p.overlaps
+    );
 }

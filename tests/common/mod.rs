@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod atomic;
+pub mod bbr_phases;
 pub mod catalogue;
 pub mod dstar;
 pub mod equivalence;

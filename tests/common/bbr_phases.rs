@@ -8,13 +8,13 @@
 //! the last ACK before each one). One analysis, [`phases`], turns either
 //! series into the same numbers; the mode is read from the gains alone
 //! (inet_diag has no mode): STARTUP is the opening run of pacing gain
-//! > 1.5, DRAIN the run of gain < 0.5 after it, PROBE_RTT pacing and cwnd
+//! above 1.5, DRAIN the run of gain < 0.5 after it, PROBE_RTT pacing and cwnd
 //! gain both 1, PROBE_BW cwnd gain 2.
 //!
 //! Each line of the table is asserted twice: the spec (tcp_bbr.c's
 //! constants: STARTUP 2/ln 2, DRAIN ln 2/2, a cycle of 1.25, 0.75 and six
 //! 1.0 phases of one min_rtt each, PROBE_RTT every 10 s at cwnd <= 4 for
-//! >= 200 ms), which the kernel's runs must meet too (else the path, not
+//! 200 ms or more), which the kernel's runs must meet too (else the path, not
 //! bpf_bbr, is at fault), and bpf_bbr against the kernel within a margin
 //! taken from the kernel's own run-to-run spread (see [`Line`]).
 use std::collections::BTreeMap;
@@ -227,10 +227,10 @@ pub fn phases(p: &[Point]) -> Phases {
     let (mut up, mut down, mut cruise, mut cycle) = (vec![], vec![], vec![], vec![]);
     for &(a, b) in &spans {
         let mut seg: Vec<(f64, usize, usize)> = Vec::new();
-        for i in a..=b {
+        for (i, x) in p.iter().enumerate().take(b + 1).skip(a) {
             match seg.last_mut() {
-                Some(s) if near(s.0, p[i].pacing_gain) => s.2 = i + 1,
-                _ => seg.push((p[i].pacing_gain, i, i + 1)),
+                Some(s) if near(s.0, x.pacing_gain) => s.2 = i + 1,
+                _ => seg.push((x.pacing_gain, i, i + 1)),
             }
         }
         // Only phases with a reading after them have a known end.

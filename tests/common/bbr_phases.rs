@@ -135,7 +135,10 @@ pub fn phases(p: &[Point]) -> Phases {
     let dt = |a: usize, b: usize| (p[b].t - p[a].t) * 1000.0;
     // STARTUP: the opening run at pacing gain > 1.5 (2/ln 2; a wrong
     // STARTUP gain of 2 counts too, and is measured).
-    let Some(first) = p.iter().position(|x| x.delivered > 0) else {
+    // From the first ACK of data: the initial window's 10 packets delivered
+    // (the kernel's socket is read before its first data too, with the
+    // SYN's 1 delivered).
+    let Some(first) = p.iter().position(|x| x.delivered >= 10) else {
         return ph;
     };
     let su_end = p[first..]

@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use ccctl_lab::{
     iperf::{self, FlowSpec},
-    sockdiag::{Sampler, SamplerConfig},
     testbed::{Role, Testbed, TestbedConfig},
 };
+use ccctl_observe::sockdiag::{Sample, Sampler, SamplerConfig};
 
 use super::equivalence::record;
 use super::flows::testbed;
@@ -269,7 +269,7 @@ pub fn phases(p: &[Point]) -> Phases {
 }
 
 /// The kernel's bbr socket as inet_diag saw it.
-fn kernel_points(samples: &[ccctl_lab::sockdiag::Sample]) -> Vec<Point> {
+fn kernel_points(samples: &[Sample]) -> Vec<Point> {
     let t0 = samples.first().map_or(0.0, |s| s.t);
     samples
         .iter()

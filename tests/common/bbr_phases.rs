@@ -470,7 +470,8 @@ pub fn lines() -> Vec<Line> {
                     .iter()
                     .filter(|(g, _)| !["1.25", "0.75", "1.00"].contains(&g.as_str()))
                     .map(|(_, s)| s)
-                    .sum()]
+                    .sum::<f64>()
+                    + 0.0] // an empty sum is -0.0
             },
         },
         Line {

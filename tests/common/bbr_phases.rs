@@ -391,9 +391,16 @@ fn fmt(v: f64) -> String {
     }
 }
 
-/// The table's lines. Margins: the kernel's run-to-run spread measured on
-/// this path (see docs/notebook/2026-11-25-bpf-bbr-phases.md), about
-/// twice it, never below the reading's own resolution ([`SAMPLE_MS`]).
+/// The table's lines. Margins: 1.5 x the kernel's run-to-run spread
+/// (max - min of the per-run values) over six runs on the host path
+/// (2026-11-25, docs/notebook/2026-11-25-bpf-bbr-phases.md), never below
+/// the reading's resolution ([`SAMPLE_MS`]: 8 ms, 0.1 min_rtt) nor 0.005
+/// for a gain (1/256 steps). The six runs' spreads: exit round 7-8,
+/// STARTUP 537-560 ms, DRAIN 104-115 ms, shares 0.006-0.007, 1.25 phase
+/// 0.99-1.09 and 0.75 phase 0.99-1.08 min_rtt, the 1.0 run 6.21-6.26, the
+/// cycle 8.28-8.35, PROBE_RTT interval 10.28-10.35 s, cwnd <= 4 for
+/// 284-312 ms (per-run medians), btl_bw 19.63-20.26 Mbit/s (3.2 %), tcp
+/// min_rtt 40.25-40.60 ms (0.9 %): the 5 % and 2 % stand.
 pub fn lines() -> Vec<Line> {
     vec![
         Line {
@@ -414,14 +421,14 @@ pub fn lines() -> Vec<Line> {
             name: "STARTUP exit round",
             unit: "rounds",
             spec: None,
-            margin: 2.0,
+            margin: 1.5,
             get: |p| vec![p.startup_exit_round],
         },
         Line {
             name: "STARTUP length",
             unit: "ms",
             spec: None,
-            margin: 80.0,
+            margin: 35.0,
             get: |p| vec![p.startup_ms],
         },
         Line {
@@ -435,28 +442,28 @@ pub fn lines() -> Vec<Line> {
             name: "DRAIN length",
             unit: "ms",
             spec: Some((1.0, 200.0)),
-            margin: 40.0,
+            margin: 17.0,
             get: |p| vec![p.drain_ms],
         },
         Line {
             name: "PROBE_BW time at 1.25",
             unit: "share",
             spec: Some((0.08, 0.25)),
-            margin: 0.03,
+            margin: 0.01,
             get: |p| vec![p.probe_bw_gains.get("1.25").copied().unwrap_or(0.0)],
         },
         Line {
             name: "PROBE_BW time at 0.75",
             unit: "share",
             spec: Some((0.04, 0.2)),
-            margin: 0.03,
+            margin: 0.01,
             get: |p| vec![p.probe_bw_gains.get("0.75").copied().unwrap_or(0.0)],
         },
         Line {
             name: "PROBE_BW time at 1.00",
             unit: "share",
             spec: Some((0.6, 0.85)),
-            margin: 0.04,
+            margin: 0.01,
             get: |p| vec![p.probe_bw_gains.get("1.00").copied().unwrap_or(0.0)],
         },
         Line {
@@ -465,13 +472,14 @@ pub fn lines() -> Vec<Line> {
             spec: Some((0.0, 0.0)),
             margin: 0.0,
             get: |p| {
-                vec![p
-                    .probe_bw_gains
-                    .iter()
-                    .filter(|(g, _)| !["1.25", "0.75", "1.00"].contains(&g.as_str()))
-                    .map(|(_, s)| s)
-                    .sum::<f64>()
-                    + 0.0] // an empty sum is -0.0
+                vec![
+                    p.probe_bw_gains
+                        .iter()
+                        .filter(|(g, _)| !["1.25", "0.75", "1.00"].contains(&g.as_str()))
+                        .map(|(_, s)| s)
+                        .sum::<f64>()
+                        + 0.0,
+                ] // an empty sum is -0.0
             },
         },
         Line {
@@ -485,7 +493,7 @@ pub fn lines() -> Vec<Line> {
             name: "PROBE_BW 1.25 phase",
             unit: "min_rtt",
             spec: Some((0.9, 1.5)),
-            margin: 0.15,
+            margin: 0.16,
             get: |p| vec![p.up_rtts],
         },
         Line {
@@ -499,14 +507,14 @@ pub fn lines() -> Vec<Line> {
             name: "PROBE_BW 1.0 run (6 phases)",
             unit: "min_rtt",
             spec: Some((5.8, 6.8)),
-            margin: 0.3,
+            margin: 0.1,
             get: |p| vec![p.cruise_rtts],
         },
         Line {
             name: "PROBE_BW cycle (8 phases)",
             unit: "min_rtt",
             spec: Some((7.6, 9.0)),
-            margin: 0.3,
+            margin: 0.11,
             get: |p| vec![p.cycle_rtts],
         },
         Line {
@@ -520,14 +528,14 @@ pub fn lines() -> Vec<Line> {
             name: "PROBE_RTT interval",
             unit: "s",
             spec: Some((9.9, 11.0)),
-            margin: 0.3,
+            margin: 0.1,
             get: |p| p.probe_rtt_starts.windows(2).map(|w| w[1] - w[0]).collect(),
         },
         Line {
             name: "PROBE_RTT cwnd <= 4 for",
             unit: "ms",
             spec: Some((200.0, 400.0)),
-            margin: 40.0,
+            margin: 42.0,
             get: |p| p.probe_rtt_low_cwnd_ms.clone(),
         },
         Line {
@@ -541,21 +549,21 @@ pub fn lines() -> Vec<Line> {
             name: "PROBE_RTT length",
             unit: "ms",
             spec: Some((200.0, 400.0)),
-            margin: 40.0,
+            margin: 42.0,
             get: |p| p.probe_rtt_ms.clone(),
         },
         Line {
             name: "btl_bw, median in PROBE_BW",
             unit: "Mbit/s",
             spec: None,
-            margin: 0.0, // relative: set in check()
+            margin: 0.0, // relative: set in compare()
             get: |p| vec![p.btl_bw_mbit],
         },
         Line {
             name: "min_rtt (tcp), median in PROBE_BW",
             unit: "ms",
             spec: None,
-            margin: 0.0, // relative: set in check()
+            margin: 0.0, // relative: set in compare()
             get: |p| vec![p.tcp_min_rtt_ms],
         },
     ]

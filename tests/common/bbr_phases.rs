@@ -700,9 +700,18 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
     let _ = tb.destroy();
     let _ = std::fs::remove_dir_all(&dir);
     let (table, fails) = compare(&kernel, &bpf);
+    let starts = |runs: &[Phases]| {
+        runs.iter()
+            .map(|p| format!("{:.2?}", p.probe_rtt_starts))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let extra = format!(
-        "kernel bbr's own min_rtt filter (INET_DIAG_BBRINFO), median in PROBE_BW: {:?} ms",
-        kernel.iter().map(|p| p.bbr_min_rtt_ms).collect::<Vec<_>>()
+        "kernel bbr's own min_rtt filter (INET_DIAG_BBRINFO), median in PROBE_BW: {:?} ms\n\
+         PROBE_RTT starts, s from the first data ACK: bbr {}, bpf_bbr {}",
+        kernel.iter().map(|p| p.bbr_min_rtt_ms).collect::<Vec<_>>(),
+        starts(&kernel),
+        starts(&bpf)
     );
     let text = format!("bpf_bbr vs the kernel's bbr, phase by phase: {what}\n{table}{extra}");
     record(figure, &text);

@@ -300,8 +300,9 @@ fn bpf_bbr_phases_match_kernel_bbr() {
 /// 10 ms, so a BDP is ~8.6 packets, PROBE_RTT's 4 packets per round carry
 /// ~46 % of the link and 200 ms is ~20 rounds. The trace (every ACK) must
 /// show PROBE_RTT, and in every PROBE_RTT btl_bw must stay at >= 80 % of
-/// btl_bw on entering it (with the mark it cannot fall at all; without it,
-/// it falls to about half).
+/// the lower of btl_bw on entering it and the link's rate (with the mark
+/// only an entry inflated above the link can age out; without it, btl_bw
+/// falls to about half the link).
 ///
 /// The flow runs 40 s. PROBE_RTT comes 10 s after the last new min_rtt, and
 /// with the host busy a lower RTT sample still arrives well into the flow:
@@ -419,11 +420,20 @@ fn probe_rtt_samples_do_not_become_btl_bw() {
         rows.len(),
         min_rtt_changes.join(", ")
     );
+    // Judged against the lower of btl_bw on entry and the link's rate: an
+    // entry the emulated CPU's ACK compression inflated (16.4 Mbit/s on this
+    // 10 Mbit/s link in a CI run on a busy machine) ages out of the 10-round
+    // window during PROBE_RTT's ~20 rounds and lets btl_bw fall to the
+    // next sample (11.8 there) with no PROBE_RTT sample involved. The
+    // defect this test is for takes it to PROBE_RTT's own rate, ~46 % of
+    // the link, well below 80 % of either.
     for e in &episodes {
+        let floor = 0.8 * (e.entry as f64).min(rate as f64);
         assert!(
-            e.lowest as f64 >= 0.8 * e.entry as f64,
-            "btl_bw fell from {} to {} bit/s in the PROBE_RTT at {:.2} s: its 4-packet samples \
-             entered the max filter\n  {listing}",
+            e.lowest as f64 >= floor,
+            "btl_bw fell from {} to {} bit/s in the PROBE_RTT at {:.2} s, below 80 % of the \
+             lower of the entry and the link's {rate} bit/s: its 4-packet samples entered the \
+             max filter\n  {listing}",
             e.entry,
             e.lowest,
             e.start_s

@@ -59,7 +59,7 @@ mod tests {
         assert_eq!(df.finish().unwrap().height(), 10_000);
     }
 
-    /// `cargo test --release -p ccctl-lab --lib consumer_bench -- --ignored --nocapture`;
+    /// `cargo test --release -p ccctl-observe --lib consumer_bench -- --ignored --nocapture`;
     /// CCCTL_BENCH_EVENTS sets the count (default 4 M).
     #[test]
     #[ignore]

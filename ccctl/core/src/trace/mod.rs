@@ -13,6 +13,7 @@ pub mod follow;
 pub mod lock;
 pub mod maps;
 pub mod run;
+pub mod schema;
 pub mod sink;
 pub mod synthetic;
 

@@ -33,76 +33,55 @@ impl CsvSink {
     }
 
     fn row(&mut self, e: &ccctl_event) -> std::io::Result<()> {
-        // Columns of another algorithm are empty (null), never 0.
-        fn opt<T: std::fmt::Display>(has: bool, v: T) -> String {
-            if has {
-                v.to_string()
-            } else {
-                String::new()
-            }
-        }
-        let bbr = registry::fills(e.algo, EventGroup::Bbr);
-        let modest = registry::fills(e.algo, EventGroup::Modest);
-        let pt = registry::fills(e.algo, EventGroup::Patched);
-        let ds = registry::fills(e.algo, EventGroup::Dstar);
-        writeln!(
-            self.out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            e.ts_ns,
-            e.flow_id,
-            event::addr_string(e.saddr),
-            event::addr_string(e.daddr),
-            e.sport,
-            e.dport,
-            e.family,
-            registry::kernel_name_of(e.algo),
-            e.ca_state,
-            e.cwnd,
-            e.ssthresh,
-            e.mss,
-            event::bits_per_s(e.pacing_rate),
-            event::bits_per_s(e.delivery_rate),
-            e.srtt_us,
-            e.min_rtt_us,
-            e.in_flight,
-            e.delivered,
-            e.lost,
-            e.total_retrans,
-            e.param_version,
-            e.param_digest,
-            opt(bbr, event::bbr_mode_name(e.bbr_mode)),
-            opt(modest, event::modest_phase_name(e.modest_phase)),
-            opt(bbr, event::gain(e.pacing_gain)),
-            opt(bbr, event::gain(e.cwnd_gain)),
-            opt(bbr, event::bits_per_s(e.btl_bw)),
-            opt(modest, e.min_win),
-            opt(modest, e.max_win),
-            opt(modest, e.last_cwnd),
-            opt(modest, e.quiet_rounds),
-            opt(pt, event::theta(e.theta)),
-            opt(pt, event::gain(e.alpha)),
-            opt(pt, e.on_us),
-            opt(pt, e.off_us),
-            opt(pt, e.theta_on_us),
-            opt(pt, e.theta_off_us),
-            opt(pt, event::gain(e.bbr_pacing_gain)),
-            opt(pt, e.stall_us),
-            opt(pt, event::bits_per_s(e.bw_raw)),
-            opt(pt, event::bits_per_s(e.bw_corrected)),
-            opt(ds, event::dstar_mode_name(e.dstar_mode)),
-            opt(ds, e.dstar_slow_start != 0),
-            opt(ds, e.dstar_bdp),
-            opt(ds, e.dstar_last_bdp),
-            opt(ds, e.dstar_gain_cwnd),
-            opt(ds, e.dstar_sigma),
-            opt(ds, event::bits_per_s(e.dstar_delivery_rate)),
-            opt(ds, e.dstar_min_rtt_us),
-            opt(ds, e.dstar_rtt_us),
-            opt(ds, e.dstar_min_rtt_stamp_ns),
-            opt(ds, e.dstar_clock_lag_us),
-        )
+        csv_row(&mut self.out, e)
     }
 }
+
+/// One column's text (`$v` its value).
+macro_rules! csv_value {
+    ($out:ident, Addr, $v:expr) => {
+        write!($out, "{}", event::addr_string($v))
+    };
+    ($out:ident, Enum($f:path), $v:expr) => {
+        $out.write_all($f($v).as_bytes())
+    };
+    ($out:ident, $kind:ident, $v:expr) => {
+        write!($out, "{}", $v)
+    };
+}
+
+/// Whether a row fills a group's columns.
+macro_rules! csv_fills {
+    ($e:ident, All) => {
+        true
+    };
+    ($e:ident, $g:ident) => {
+        registry::fills($e.algo, EventGroup::$g)
+    };
+}
+
+macro_rules! define_csv_row {
+    ($( $name:ident : $kind:ident $(($f:path))?, $group:ident, |$e:ident| $val:expr, $ty:literal, $doc:literal; )*) => {
+        /// One event as a CSV line: the schema's columns in order; the
+        /// columns of another algorithm empty (null), never 0.
+        fn csv_row(out: &mut impl Write, e: &ccctl_event) -> std::io::Result<()> {
+            let mut first = true;
+            $(
+                if !first {
+                    out.write_all(b",")?;
+                }
+                first = false;
+                if csv_fills!(e, $group) {
+                    let v = { let $e = e; $val };
+                    csv_value!(out, $kind $(($f))?, v)?;
+                }
+            )*
+            let _ = first;
+            out.write_all(b"\n")
+        }
+    };
+}
+ccctl_core::with_event_columns!(define_csv_row);
 
 impl Sink for CsvSink {
     fn push(&mut self, ev: &ccctl_event) -> Result<()> {

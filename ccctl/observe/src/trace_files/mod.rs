@@ -1,51 +1,11 @@
 //! Where decoded events go: a Parquet file written one row group at a time
 //! (memory stays bounded however long the trace), or CSV.
 //!
-//! Both write the same columns, in this order ([`COLUMNS`]):
-//!
-//! | column | type | meaning |
-//! | --- | --- | --- |
-//! | `ts_ns` | u64 | CLOCK_MONOTONIC, ns (`ccctl.monotonic_offset_ns` + ts_ns = Unix time, ns) |
-//! | `flow_id` | u64 | stable per socket, unique across algorithms until reboot |
-//! | `saddr`, `daddr` | categorical string | local and remote address as text: `198.18.0.1`, `fd00:ccc::1` (an IPv4 peer of a dual-stack IPv6 socket as IPv4) |
-//! | `sport`, `dport` | u32 | local and remote port |
-//! | `family` | u32 | AF_INET (2) or AF_INET6 (10) |
-//! | `algo` | enum string | kernel name of the algorithm (`bpf_bbr`, `modest_bbr`, `patched_bbr`, `dstar`, `unknown`) |
-//! | `ca_state` | u32 | TCP_CA_Open (0) .. TCP_CA_Loss (4), as in the lab's samples.parquet |
-//! | `cwnd`, `ssthresh` | u32 | packets |
-//! | `mss` | u32 | bytes |
-//! | `pacing_rate_bps` | u64 | bit/s (sk_pacing_rate x 8; u64::MAX: unlimited) |
-//! | `delivery_rate_bps` | u64 | bit/s of this ACK's rate sample; 0 if none |
-//! | `srtt_us`, `min_rtt_us` | u32 | microseconds |
-//! | `in_flight`, `delivered`, `lost` | u32 | packets |
-//! | `total_retrans` | u32 | segments |
-//! | `param_version` | u32 | version of the tunable parameters in force |
-//! | `param_digest` | u32 | FNV-1a of the whole parameter set this ACK used (`ccctl_abi.h`): with `param_version` it shows the set was one whole set |
-//! | `bbr_mode` | enum string | `startup`, `drain`, `probe_bw`, `probe_rtt`, `unknown` (BBR family) |
-//! | `modest_phase` | enum string | `inactive`, `binary`, `linear`, `unknown` (Modest BBR) |
-//! | `pacing_gain`, `cwnd_gain` | f64 | factors (fixed point / 256); pacing_gain as applied on this ACK (Modest BBR: after eq. 1 scaling) (BBR family) |
-//! | `btl_bw_bps` | u64 | bottleneck bandwidth estimate, bit/s (BBR family) |
-//! | `min_win`, `max_win`, `last_cwnd` | u32 | packets (Modest BBR) |
-//! | `quiet_rounds` | u32 | round trips since the last retransmission, saturating at 65535 (Modest BBR) |
-//! | `theta` | f64 | Θ in force, estimated over the last round (fixed point / 1024) (patched BBR) |
-//! | `alpha` | f64 | eq. 38's alpha in force, BDPs added to cwnd_gain (fixed point / 256) (patched BBR) |
-//! | `on_us`, `off_us` | u32 | On and Off time of the current round so far, us (patched BBR) |
-//! | `theta_on_us`, `theta_off_us` | u32 | On and Off time of the round `theta` was estimated over, us (patched BBR) |
-//! | `bbr_pacing_gain` | f64 | BBR's pacing gain p before eq. 37 (fixed point / 256) (patched BBR) |
-//! | `stall_us` | u32 | machine stall time left out of the current round's Off (stall_filter), us (patched BBR) |
-//! | `bw_raw_bps`, `bw_corrected_bps` | u64 | this ACK's delivery-rate sample D, and what the max filter saw (D/Θ in probe_bw, eq. 36), bit/s; 0 if no sample (patched BBR) |
-//! | `dstar_mode` | enum string | `drain`, `gain1`, `gain2`, `unknown`: Fig. 1's mode (TCP D*) |
-//! | `dstar_slow_start` | bool | in slow start, Sec. 3.3 (TCP D*) |
-//! | `dstar_bdp`, `dstar_last_bdp` | u32 | packets: the BDP estimate (eq. 2) and the one before (TCP D*) |
-//! | `dstar_gain_cwnd`, `dstar_sigma` | u32 | packets: the window above the BDP, and abs(bdp - last_bdp) (TCP D*) |
-//! | `dstar_delivery_rate_bps` | u64 | bit/s: eq. 1's estimate from the last GAIN 2 (TCP D*) |
-//! | `dstar_min_rtt_us`, `dstar_rtt_us` | u32 | D*'s own min RTT and the latest RTT sample, Fig. 1's timer unit (TCP D*) |
-//! | `dstar_min_rtt_stamp_ns` | u64 | when `dstar_min_rtt_us` was last refreshed, the clock of `ts_ns` (TCP D*) |
-//! | `dstar_clock_lag_us` | u32 | `ts_ns` minus the ACK's own time that Fig. 1's timers read, us (TCP D*) |
-//!
-//! The columns from `bbr_mode` on belong to one algorithm or family (in
-//! parentheses): on the rows of any other algorithm they are null (empty in
-//! CSV), never 0.
+//! Both write the same columns, in this order ([`COLUMNS`]): the per-ACK
+//! event schema of `ccctl_core::trace::schema` (one line per column; its
+//! table is in `docs/tracing.md`, checked against the schema by a test).
+//! The columns of one algorithm or family are null on the rows of any
+//! other algorithm (empty in CSV), never 0.
 //!
 //! String-valued columns are dictionary-encoded in the file (polars Enum
 //! and Categorical; Arrow `dictionary<string>`): they read as strings in
@@ -205,57 +165,4 @@ pub fn run_with(maps: &SharedMaps, opts: TraceOptions, output: &Output) -> Resul
 pub const ROW_GROUP: usize = 65_536;
 
 /// Column names, in file order (Parquet and CSV alike).
-pub const COLUMNS: [&str; 52] = [
-    "ts_ns",
-    "flow_id",
-    "saddr",
-    "daddr",
-    "sport",
-    "dport",
-    "family",
-    "algo",
-    "ca_state",
-    "cwnd",
-    "ssthresh",
-    "mss",
-    "pacing_rate_bps",
-    "delivery_rate_bps",
-    "srtt_us",
-    "min_rtt_us",
-    "in_flight",
-    "delivered",
-    "lost",
-    "total_retrans",
-    "param_version",
-    "param_digest",
-    "bbr_mode",
-    "modest_phase",
-    "pacing_gain",
-    "cwnd_gain",
-    "btl_bw_bps",
-    "min_win",
-    "max_win",
-    "last_cwnd",
-    "quiet_rounds",
-    "theta",
-    "alpha",
-    "on_us",
-    "off_us",
-    "theta_on_us",
-    "theta_off_us",
-    "bbr_pacing_gain",
-    "stall_us",
-    "bw_raw_bps",
-    "bw_corrected_bps",
-    "dstar_mode",
-    "dstar_slow_start",
-    "dstar_bdp",
-    "dstar_last_bdp",
-    "dstar_gain_cwnd",
-    "dstar_sigma",
-    "dstar_delivery_rate_bps",
-    "dstar_min_rtt_us",
-    "dstar_rtt_us",
-    "dstar_min_rtt_stamp_ns",
-    "dstar_clock_lag_us",
-];
+pub use ccctl_core::trace::schema::COLUMN_NAMES as COLUMNS;

@@ -164,7 +164,7 @@ struct ccctl_meta {
 	X(dstar_gain2_rtts, "gain2_rtts", "gain2-rtts", CCCTL_ALGOS_DSTAR, 1, 1, 1, 0, 16, 0, 1,   \
 	  "RTTs",                                                                                  \
 	  "TCP D*: GAIN 2 (counting delivered packets for eq. 1) lasts more than this many RTTs")  \
-	/* Patched BBR (patched-bbr-cloud.txt Pseudocode 2).  Θ thresholds: the paper's 2/3 and   \
+	/* Patched BBR (its paper's Pseudocode 2).  Θ thresholds: the paper's 2/3 and             \
 	 * 1/3 (x CCCTL_THETA_UNIT), 0 < theta_heavy < theta_little <= 1 (ccctl checks the pair,  \
 	 * patched_bbr.bpf.c clamps it).  Off threshold: Sec. V-C-2's 1 ms, from 0.1 ms (timer    \
 	 * noise) to 100 ms (above it no realistic schedule is seen).  Eq. 38's alpha per level,  \
@@ -293,7 +293,7 @@ struct ccctl_trace_sk {
 	__u32 next_round_delivered;/* once_per_rtt: emit again when tp->delivered reaches it */
 };
 
-/* TCP D* mode (ccctl_event.dstar_mode), Fig. 1 of tcp-dstar.txt. */
+/* TCP D* mode (ccctl_event.dstar_mode), Fig. 1 of the TCP D* paper. */
 #define CCCTL_DSTAR_DRAIN 0 /* window at 4 packets so the queue empties and min RTT is re-measured */
 #define CCCTL_DSTAR_GAIN1 1 /* window BDP + gain_cwnd, waiting for the pipe to settle */
 #define CCCTL_DSTAR_GAIN2 2 /* same window, delivered packets counted for eq. 1 */

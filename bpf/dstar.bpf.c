@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * dstar: TCP D* (tcp-dstar.txt, Lynn and Ghosal), a congestion-window-first
+ * dstar: TCP D* (Lynn and Ghosal), a congestion-window-first
  * congestion control that keeps BBR's goal (the delivery rate at its
  * maximum, the RTT at its minimum) but controls the window, not the rate.
  *

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * modest_bbr: Modest BBR (modest-bbr.txt, Sec. III), BBR v1 from the shared
+ * modest_bbr: Modest BBR (its paper's Sec. III), BBR v1 from the shared
  * core plus a loss-sensitive window search in PROBE_BW.
  *
  * The model

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * patched_bbr: patchedBBR (patched-bbr-cloud.txt, Sec. V, Pseudocode 2),
+ * patched_bbr: patchedBBR (its paper's Sec. V, Pseudocode 2),
  * BBR v1 from the shared core plus a correction for a sender that is
  * descheduled, as a virtual machine on a busy host is.
  *

@@ -40,7 +40,7 @@ fn state(scratch: &Path) -> State {
     files.sort();
     State {
         kernel: snapshot(),
-        bbr_params: ccctl(&["tune", "bbr", "--json"]).ok().stdout,
+        bbr_params: ccctl(&["tune", "bpf-bbr", "--json"]).ok().stdout,
         modest_params: ccctl(&["tune", "modest-bbr", "--json"]).ok().stdout,
         scratch: files,
     }
@@ -69,7 +69,7 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
     .expect("write");
     fs::write(
         s("daemon-bad-param.toml"),
-        "[[algorithms]]\nname = \"bbr\"\nparams = { cwnd_gain = 9.0 }\n",
+        "[[algorithms]]\nname = \"bpf-bbr\"\nparams = { cwnd_gain = 9.0 }\n",
     )
     .expect("write");
     fs::write(
@@ -94,7 +94,7 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
     .expect("write");
     fs::write(s("a-file"), "not a directory").expect("write");
 
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     ccctl(&["load", "modest-bbr"]).ok();
     ccctl(&["tune", "modest-bbr", "--wmin", "0.6"]).ok();
 
@@ -165,42 +165,42 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         bad(&["unload", "nosuch"], &["unknown algorithm `nosuch`"]),
         bad(&["unload"], &["<ALGO|--all>"]),
         bad(
-            &["unload", "bbr", "--all"],
+            &["unload", "bpf-bbr", "--all"],
             &["--all", "cannot be used with"],
         ),
         // tune
         bad(
-            &["tune", "bbr", "--cwnd-gain", "0.5"],
+            &["tune", "bpf-bbr", "--cwnd-gain", "0.5"],
             &["cwnd_gain (--cwnd-gain)", "1 to 4"],
         ),
         bad(
-            &["tune", "bbr", "--cwnd-gain", "4.01"],
+            &["tune", "bpf-bbr", "--cwnd-gain", "4.01"],
             &["cwnd_gain (--cwnd-gain)", "1 to 4"],
         ),
         bad(
-            &["tune", "bbr", "--cwnd-gain", "nan"],
+            &["tune", "bpf-bbr", "--cwnd-gain", "nan"],
             &["cwnd_gain (--cwnd-gain)", "not a number"],
         ),
         bad(
-            &["tune", "bbr", "--cwnd-gain", "-inf"],
+            &["tune", "bpf-bbr", "--cwnd-gain", "-inf"],
             &["cwnd_gain (--cwnd-gain)", "not a finite number"],
         ),
         bad(
-            &["tune", "bbr", "--cwnd-gain", "1e999"],
+            &["tune", "bpf-bbr", "--cwnd-gain", "1e999"],
             &["cwnd_gain (--cwnd-gain)", "not a finite number"],
         ),
         bad(
-            &["tune", "bbr", "--cwnd-gain", "abc"],
+            &["tune", "bpf-bbr", "--cwnd-gain", "abc"],
             &["--cwnd-gain", "abc"],
         ),
-        bad(&["tune", "bbr", "--cwnd-gain", ""], &["--cwnd-gain"]),
+        bad(&["tune", "bpf-bbr", "--cwnd-gain", ""], &["--cwnd-gain"]),
         bad(
-            &["tune", "bbr", "--probe-up-gain", "2.5"],
+            &["tune", "bpf-bbr", "--probe-up-gain", "2.5"],
             &["probe_up_gain (--probe-up-gain)", "1 to 2"],
         ),
         bad(
-            &["tune", "bbr", "--wmin", "0.5"],
-            &["w_min (--wmin)", "not a parameter of bbr"],
+            &["tune", "bpf-bbr", "--wmin", "0.5"],
+            &["w_min (--wmin)", "not a parameter of bpf-bbr"],
         ),
         bad(
             &["tune", "modest-bbr", "--wmin", "0"],
@@ -247,7 +247,7 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
             &["unknown algorithm `nosuch`"],
         ),
         bad(
-            &["tune", "bbr", "--reset", "--cwnd-gain", "2"],
+            &["tune", "bpf-bbr", "--reset", "--cwnd-gain", "2"],
             &["--reset", "cannot be used with"],
         ),
         // trace

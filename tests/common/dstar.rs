@@ -1,5 +1,5 @@
 //! TCP D* (`dstar`) from the outside: it carries a flow, and Fig. 1 of
-//! tcp-dstar.txt read back from its per-ACK trace. Shared by the host and VM
+//! the TCP D* paper read back from its per-ACK trace. Shared by the host and VM
 //! test binaries.
 //!
 //! The checks recompute what Fig. 1 and Sec. 3.3 say from the trace's

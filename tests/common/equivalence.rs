@@ -37,7 +37,7 @@ pub fn solo_bpf_bbr_matches_native_bbr(
     figure: &str,
 ) {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let rate = cfg.rate_bps;
     let rtt_ms = cfg.senders[0].rtt.as_millis();
     let path = cfg.path.name();

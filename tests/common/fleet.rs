@@ -147,8 +147,8 @@ fn body_of(response: &str) -> &str {
 
 fn daemon_toml(trace_dir: &Path, host: &str, metrics: bool, cwnd_gain: f64) -> String {
     let mut t = format!(
-        "on_exit = \"unload\"\n[[algorithms]]\nname = \"bbr\"\nparams = {{ cwnd_gain = {cwnd_gain:.1} }}\n\
-         [trace]\nout_dir = \"{}\"\nalgo = [\"bbr\"]\nlayout = \"hive\"\nhost = \"{host}\"\n",
+        "on_exit = \"unload\"\n[[algorithms]]\nname = \"bpf-bbr\"\nparams = {{ cwnd_gain = {cwnd_gain:.1} }}\n\
+         [trace]\nout_dir = \"{}\"\nalgo = [\"bpf-bbr\"]\nlayout = \"hive\"\nhost = \"{host}\"\n",
         trace_dir.display()
     );
     if metrics {
@@ -283,7 +283,7 @@ pub fn metrics_endpoint_during_a_traced_flow() {
         Some("gauge")
     );
 
-    let bbr = [("algorithm", "bbr"), ("kernel_name", "bpf_bbr")];
+    let bbr = [("algorithm", "bpf-bbr"), ("kernel_name", "bpf_bbr")];
     let modest = [("algorithm", "modest-bbr"), ("kernel_name", "modest_bbr")];
     for s in [&s1, &s2] {
         assert_eq!(value(s, "ccctl_algorithm_loaded", &bbr), 1.0);

@@ -118,7 +118,7 @@ pub fn testbed(cfg: TestbedConfig) -> Testbed {
 /// "before" on a 10 Mbit/s link).
 pub fn unload_mid_flow(cfg: TestbedConfig, min_link_share: Option<f64>) {
     let rate = cfg.rate_bps as f64;
-    super::ccctl(&["load", "bbr"]).ok();
+    super::ccctl(&["load", "bpf-bbr"]).ok();
     let tb = testbed(cfg);
     let port = tb.alloc_port();
     let secs = 8.0;
@@ -143,7 +143,7 @@ pub fn unload_mid_flow(cfg: TestbedConfig, min_link_share: Option<f64>) {
             break;
         }
         if first_seen.is_some() && unloaded_at.is_none() && t >= t0 + 3.0 {
-            super::ccctl(&["unload", "bbr"]).ok();
+            super::ccctl(&["unload", "bpf-bbr"]).ok();
             unloaded_at = Some(start.elapsed().as_secs_f64());
             assert!(
                 !super::registered("bpf_bbr"),

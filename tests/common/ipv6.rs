@@ -1,4 +1,4 @@
-//! IPv6 (issue 14): per-ACK traces of IPv6 flows filtered by IPv6 address
+//! IPv6: per-ACK traces of IPv6 flows filtered by IPv6 address
 //! and prefix beside IPv4 flows, and the lab over IPv6. Shared by the host
 //! and VM test binaries.
 use std::collections::BTreeSet;
@@ -27,7 +27,7 @@ fn trace_during(
     flows: &[(&Testbed, Vec<FlowSpec>)],
 ) -> (DataFrame, Vec<Vec<FlowResult>>) {
     let out = tempdir(tag).join("trace.parquet");
-    let mut args = vec!["--algo", "bbr"];
+    let mut args = vec!["--algo", "bpf-bbr"];
     args.extend_from_slice(filter);
     let tracer = spawn_trace(&args, &out);
     wait_for(
@@ -98,7 +98,7 @@ pub fn ipv6_and_ipv4_flows_filtered_by_address(
     min_events: usize,
 ) {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let tb6 = Testbed::new(
         TestbedConfig::new(rate_bps, buffer_bytes)
             .with_rtts(&[Duration::ZERO, Duration::ZERO])

@@ -258,7 +258,7 @@ pub fn goodputs_from_samples(
     out
 }
 
-/// harm-vs-fairness.txt eq. 2, written again here: `1 - y/x` when x < y,
+/// Ware et al.'s harm paper eq. 2, written again here: `1 - y/x` when x < y,
 /// `x/y - 1` when x > y, 0 when equal.
 pub fn eq2_by_hand(x: f64, y: f64) -> f64 {
     if x < y {
@@ -268,7 +268,7 @@ pub fn eq2_by_hand(x: f64, y: f64) -> f64 {
     }
 }
 
-/// Jain's index, harm-vs-fairness.txt eq. 1, written again here.
+/// Jain's index, Ware et al.'s harm paper eq. 1, written again here.
 pub fn jfi_by_hand(xs: &[f64]) -> f64 {
     let s: f64 = xs.iter().sum();
     s * s / (xs.len() as f64 * xs.iter().map(|x| x * x).sum::<f64>())

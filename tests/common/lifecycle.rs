@@ -2,14 +2,14 @@
 //! kernel (6.18) and in the VM (6.1).
 use super::*;
 
-/// `ccctl load bbr` registers bpf_bbr and pins it; `unload` takes both away.
+/// `ccctl load bpf-bbr` registers bpf_bbr and pins it; `unload` takes both away.
 pub fn load_registers_and_unload_removes(expect_link: bool) {
     let _clean = Clean::new();
     assert!(!registered("bpf_bbr"), "bpf_bbr registered before the test");
 
-    let out = ccctl(&["load", "bbr"]).ok();
+    let out = ccctl(&["load", "bpf-bbr"]).ok();
     assert!(
-        out.stdout.contains("loaded bbr as `bpf_bbr`"),
+        out.stdout.contains("loaded bpf-bbr as `bpf_bbr`"),
         "{}",
         out.stdout
     );
@@ -18,7 +18,7 @@ pub fn load_registers_and_unload_removes(expect_link: bool) {
         "bpf_bbr not in tcp_available_congestion_control: {:?}",
         available()
     );
-    let dir = pin_root().join("bbr");
+    let dir = pin_root().join("bpf-bbr");
     assert!(dir.join("meta").exists(), "meta map not pinned");
     if expect_link {
         assert!(
@@ -45,11 +45,11 @@ pub fn load_registers_and_unload_removes(expect_link: bool) {
     let v: serde_json::Value = serde_json::from_str(&list.stdout).expect("list --json is JSON");
     let bbr = v
         .as_array()
-        .and_then(|a| a.iter().find(|e| e["name"] == "bbr"))
-        .expect("bbr listed");
+        .and_then(|a| a.iter().find(|e| e["name"] == "bpf-bbr"))
+        .expect("bpf-bbr listed");
     assert_eq!(bbr["loaded"], true);
 
-    ccctl(&["unload", "bbr"]).ok();
+    ccctl(&["unload", "bpf-bbr"]).ok();
     assert!(
         !registered("bpf_bbr"),
         "bpf_bbr still registered after unload"
@@ -60,12 +60,12 @@ pub fn load_registers_and_unload_removes(expect_link: bool) {
 /// Loading twice is not an error; unloading twice neither.
 pub fn load_twice_is_ok() {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
-    let again = ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
+    let again = ccctl(&["load", "bpf-bbr"]).ok();
     assert!(again.stdout.contains("already loaded"), "{}", again.stdout);
     assert!(registered("bpf_bbr"));
-    ccctl(&["unload", "bbr"]).ok();
-    let again = ccctl(&["unload", "bbr"]).ok();
+    ccctl(&["unload", "bpf-bbr"]).ok();
+    let again = ccctl(&["unload", "bpf-bbr"]).ok();
     assert!(again.stdout.contains("not loaded"), "{}", again.stdout);
 }
 
@@ -74,7 +74,7 @@ pub fn default_is_set_and_restored() {
     let _clean = Clean::new();
     let before = default_cc();
     assert_ne!(before, "bpf_bbr");
-    ccctl(&["load", "bbr", "--default"]).ok();
+    ccctl(&["load", "bpf-bbr", "--default"]).ok();
     assert_eq!(default_cc(), "bpf_bbr");
     let st = ccctl(&["status", "--json"]).ok();
     let v: serde_json::Value = serde_json::from_str(&st.stdout).unwrap_or_default();
@@ -83,7 +83,7 @@ pub fn default_is_set_and_restored() {
         serde_json::Value::String(before.clone()),
         "{v}"
     );
-    let out = ccctl(&["unload", "bbr"]).ok();
+    let out = ccctl(&["unload", "bpf-bbr"]).ok();
     assert!(
         out.stdout.contains(&format!("restored to {before}")),
         "{}",
@@ -99,11 +99,15 @@ pub fn errors_are_clear_and_change_nothing() {
     let before = snapshot();
 
     ccctl(&["load", "nosuch"])
-        .failed_with(&["unknown algorithm `nosuch`", "known algorithms: bbr"]);
+        .failed_with(&["unknown algorithm `nosuch`", "known algorithms: bpf-bbr"]);
+    assert_eq!(snapshot(), before);
+    // `bbr` is the kernel's BBR: the old spelling is refused with a hint.
+    ccctl(&["load", "bbr"]).failed_with(&["`bbr` is the kernel's own", "`bpf-bbr`"]);
+    ccctl(&["tune", "bbr"]).failed_with(&["`bbr` is the kernel's own", "`bpf-bbr`"]);
     assert_eq!(snapshot(), before);
 
     ccctl_env(
-        &["load", "bbr"],
+        &["load", "bpf-bbr"],
         &[("CCCTL_VMLINUX_BTF", "/nonexistent/vmlinux")],
     )
     .failed_with(&[
@@ -114,7 +118,7 @@ pub fn errors_are_clear_and_change_nothing() {
 
     let btf = btf_without_struct_ops(&dir);
     ccctl_env(
-        &["load", "bbr"],
+        &["load", "bpf-bbr"],
         &[("CCCTL_VMLINUX_BTF", btf.to_str().unwrap_or_default())],
     )
     .failed_with(&[
@@ -124,12 +128,15 @@ pub fn errors_are_clear_and_change_nothing() {
     assert_eq!(snapshot(), before);
 
     let not_bpffs = dir.to_str().unwrap_or_default();
-    ccctl_env(&["load", "bbr"], &[("CCCTL_BPFFS", not_bpffs)])
+    ccctl_env(&["load", "bpf-bbr"], &[("CCCTL_BPFFS", not_bpffs)])
         .failed_with(&["bpffs is not mounted at", "mount -t bpf bpf"]);
     assert_eq!(snapshot(), before);
 
-    let out = ccctl_env(&["load", "bbr"], &[("CCCTL_FAULT_INJECT", "verifier")])
-        .failed_with(&["verifier rejected `bbr`", "no write support to tcp_sock"]);
+    let out =
+        ccctl_env(&["load", "bpf-bbr"], &[("CCCTL_FAULT_INJECT", "verifier")]).failed_with(&[
+            "verifier rejected `bpf-bbr`",
+            "no write support to tcp_sock",
+        ]);
     assert!(
         out.stderr.lines().count() <= 40,
         "verifier tail should be short:\n{}",
@@ -148,7 +155,7 @@ pub fn errors_are_clear_and_change_nothing() {
             "--bounding-set=-all",
         ])
         .arg(&bin)
-        .args(["load", "bbr"])
+        .args(["load", "bpf-bbr"])
         .output()
         .expect("running setpriv");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -179,11 +186,11 @@ bin=$1
 trap '"$bin" unload --all >/dev/null 2>&1' EXIT
 mounted() { grep -q ' /sys/fs/bpf bpf ' /proc/self/mounts; }
 while mounted; do umount /sys/fs/bpf || exit 90; done
-"$bin" load bbr || exit 91
+"$bin" load bpf-bbr || exit 91
 mounted || exit 92
 echo "mode $(stat -c %a /sys/fs/bpf)"
 test -d /sys/fs/bpf/ccctl/bbr || exit 93
-"$bin" unload bbr || exit 94
+"$bin" unload bpf-bbr || exit 94
 test -e /sys/fs/bpf/ccctl && exit 95
 exit 0
 "#;
@@ -228,8 +235,8 @@ pub fn pins_are_private_and_planted_links_refused() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let _clean = Clean::new();
     let root = pin_root();
-    let dir = root.join("bbr");
-    ccctl(&["load", "bbr"]).ok();
+    let dir = root.join("bpf-bbr");
+    ccctl(&["load", "bpf-bbr"]).ok();
     for d in [&root, &dir] {
         let md = fs::symlink_metadata(d).expect("pin dir");
         assert!(md.is_dir(), "{} is not a directory", d.display());
@@ -249,7 +256,7 @@ pub fn pins_are_private_and_planted_links_refused() {
             "a pin readable by others: {md:?}"
         );
     }
-    ccctl(&["unload", "bbr"]).ok();
+    ccctl(&["unload", "bpf-bbr"]).ok();
 
     // Plant <bpffs>/ccctl/bbr -> a directory of somebody else's.
     let made_root = !root.exists();
@@ -260,11 +267,11 @@ pub fn pins_are_private_and_planted_links_refused() {
     fs::create_dir(&elsewhere).expect("creating the link target");
     std::os::unix::fs::symlink(&elsewhere, &dir).expect("planting a symlink in bpffs");
     let before = snapshot();
-    let refused = ["refusing to follow the symbolic link", "/ccctl/bbr"];
-    ccctl(&["load", "bbr"]).failed_with(&refused);
-    ccctl(&["unload", "bbr"]).failed_with(&refused);
+    let refused = ["refusing to follow the symbolic link", "/ccctl/bpf-bbr"];
+    ccctl(&["load", "bpf-bbr"]).failed_with(&refused);
+    ccctl(&["unload", "bpf-bbr"]).failed_with(&refused);
     ccctl(&["status"]).failed_with(&refused);
-    ccctl(&["tune", "bbr", "--cwnd-gain", "2.5"]).failed_with(&refused);
+    ccctl(&["tune", "bpf-bbr", "--cwnd-gain", "2.5"]).failed_with(&refused);
     let after = snapshot();
     let empty = fs::read_dir(&elsewhere).map(|mut d| d.next().is_none());
     let _ = fs::remove_file(&dir);

@@ -48,7 +48,7 @@ fn median(mut v: Vec<u32>) -> f64 {
 /// along, still moving data.
 pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let tb: Testbed = testbed(
         TestbedConfig::new(rate_bps, buffer_bdp(rate_bps, rtt, 8.0, 1500)).with_rtts(&[rtt]),
     );
@@ -77,9 +77,9 @@ pub fn live_tune_reaches_a_running_flow(rate_bps: u64, rtt: Duration) {
             (t0, t1)
         };
         std::thread::sleep(Duration::from_secs(8));
-        let tune = run(&["tune", "bbr", "--cwnd-gain", "1"]);
+        let tune = run(&["tune", "bpf-bbr", "--cwnd-gain", "1"]);
         std::thread::sleep(Duration::from_secs(8));
-        let reset = run(&["tune", "bbr", "--reset"]);
+        let reset = run(&["tune", "bpf-bbr", "--reset"]);
         (tune, reset)
     });
 

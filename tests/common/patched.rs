@@ -1,4 +1,4 @@
-//! patched BBR (patched-bbr-cloud.txt Pseudocode 2) on a real kernel, its
+//! patched BBR (the patched-BBR paper Pseudocode 2) on a real kernel, its
 //! parameters, and the lab's sender On/Off gate.
 //! Shared by the host and VM test binaries.
 use std::{
@@ -645,7 +645,7 @@ pub fn gate_passes_packets_only_in_on_windows(
 
 // ---- Θ against the gate's ground truth, on the host's userspace path --------
 
-/// The levels of patched-bbr-cloud.txt (Sec. IV, Fig. 7; the lab's
+/// The levels of the patched-BBR paper (Sec. IV, Fig. 7; the lab's
 /// `scenarios/vm-scheduling.toml`): (name, On ms, Off ms). Θ = 0.75, 0.5, 0.125.
 pub const LEVELS: [(&str, u64, u64); 3] =
     [("Little", 30, 10), ("Medium", 20, 20), ("Heavy", 10, 70)];

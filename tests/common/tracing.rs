@@ -139,13 +139,13 @@ struct Reading {
 /// reports them.
 pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Duration) {
     let _clean = super::Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let dir = tempdir("trace-flow");
     let out = dir.join("flow.parquet");
     let tb = Testbed::new(TestbedConfig::new(rate_bps, buffer_bytes).with_rtts(&[rtt, rtt]))
         .expect("testbed");
     let (p1, p2) = (tb.alloc_port(), tb.alloc_port());
-    let tracer = spawn_trace(&["--algo", "bbr", "--port", &p1.to_string()], &out);
+    let tracer = spawn_trace(&["--algo", "bpf-bbr", "--port", &p1.to_string()], &out);
     wait_for(
         "tracing to be switched on",
         Duration::from_secs(30),
@@ -319,7 +319,7 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
 /// are counted and stored, not silently missing.
 pub fn overflow_is_counted() {
     let _clean = super::Clean::new();
-    ccctl_env(&["load", "bbr"], &[("CCCTL_TRACE_RING_BYTES", "4096")]).ok();
+    ccctl_env(&["load", "bpf-bbr"], &[("CCCTL_TRACE_RING_BYTES", "4096")]).ok();
     let dir = tempdir("trace-overflow");
     let out = dir.join("overflow.parquet");
     let tb = Testbed::new(TestbedConfig::new(20_000_000, 60_000)).expect("testbed");
@@ -330,7 +330,7 @@ pub fn overflow_is_counted() {
             .args([
                 "trace",
                 "--algo",
-                "bbr",
+                "bpf-bbr",
                 "--stall-ms",
                 "3000",
                 "--duration",
@@ -380,8 +380,8 @@ pub fn overflow_is_counted() {
 
 fn daemon_config(dir: &Path, cwnd_gain: f64) -> String {
     format!(
-        "on_exit = \"unload\"\n[[algorithms]]\nname = \"bbr\"\nparams = {{ cwnd_gain = {cwnd_gain:.1} }}\n\
-         [trace]\nout_dir = \"{}\"\nalgo = [\"bbr\"]\nrotate_size = \"64MB\"\nrotate_time = \"1h\"\n",
+        "on_exit = \"unload\"\n[[algorithms]]\nname = \"bpf-bbr\"\nparams = {{ cwnd_gain = {cwnd_gain:.1} }}\n\
+         [trace]\nout_dir = \"{}\"\nalgo = [\"bpf-bbr\"]\nrotate_size = \"64MB\"\nrotate_time = \"1h\"\n",
         dir.join("traces").display()
     )
 }
@@ -490,7 +490,7 @@ pub fn daemon_reloads_live_and_cleans_up() {
 /// alone.
 pub fn killed_tracer_is_switched_off_by_the_next_command() {
     let _clean = super::Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let dir = tempdir("trace-killed");
 
     let live = spawn_trace(&[], &dir.join("live.parquet"));
@@ -539,7 +539,7 @@ pub fn killed_tracer_is_switched_off_by_the_next_command() {
 /// waiting on a ring buffer nothing writes to any more.
 pub fn tracer_follows_a_reload() {
     let _clean = super::Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let dir = tempdir("trace-reload");
     let out = dir.join("reload.parquet");
     let tracer = spawn_trace(&[], &out);
@@ -549,7 +549,7 @@ pub fn tracer_follows_a_reload() {
         trace_cfg_enabled,
     );
     ccctl(&["unload", "--all"]).ok();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     // The tracer checks its pins every second and switches the new maps on.
     wait_for(
         "the tracer to switch the reloaded maps on",

@@ -51,9 +51,9 @@ pub fn refused_without_change(algo: &str, cases: &[(&[&str], &[&str])]) {
 
 pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
-    let v = view("bbr");
-    assert_eq!(v["algorithm"], "bbr");
+    ccctl(&["load", "bpf-bbr"]).ok();
+    let v = view("bpf-bbr");
+    assert_eq!(v["algorithm"], "bpf-bbr");
     assert_eq!(v["kernel_name"], "bpf_bbr");
     assert_eq!(version(&v), 1, "load writes version 1: {v}");
     assert_eq!(
@@ -75,7 +75,7 @@ pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
         "bbr has the two gains only: {v}"
     );
 
-    let table = ccctl(&["tune", "bbr"]).ok();
+    let table = ccctl(&["tune", "bpf-bbr"]).ok();
     for needle in [
         "version 1",
         "cwnd_gain",
@@ -90,14 +90,14 @@ pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
         );
     }
 
-    let out = ccctl(&["tune", "bbr", "--cwnd-gain", "3"]).ok();
+    let out = ccctl(&["tune", "bpf-bbr", "--cwnd-gain", "3"]).ok();
     assert!(
         out.stdout.contains("cwnd_gain") && out.stdout.contains("2 -> 3"),
         "{}",
         out.stdout
     );
     assert!(out.stdout.contains("version 1 -> 2"), "{}", out.stdout);
-    let v = view("bbr");
+    let v = view("bpf-bbr");
     assert_eq!(
         (
             version(&v),
@@ -119,7 +119,7 @@ pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
     .ok();
     let printed: Value =
         serde_json::from_str(&out.stdout).expect("tune --json after a change is JSON");
-    assert_eq!(printed, view("bbr"), "--json prints the resulting view");
+    assert_eq!(printed, view("bpf-bbr"), "--json prints the resulting view");
     assert_eq!(
         (
             version(&printed),
@@ -130,7 +130,7 @@ pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
     );
     let table = ccctl(&["tune"]).ok();
     assert!(
-        table.stdout.contains("bbr (`bpf_bbr`)") && table.stdout.contains("version 3"),
+        table.stdout.contains("bpf-bbr (`bpf_bbr`)") && table.stdout.contains("version 3"),
         "{}",
         table.stdout
     );
@@ -141,7 +141,7 @@ pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
         "{}",
         out.stdout
     );
-    let v = view("bbr");
+    let v = view("bpf-bbr");
     assert_eq!(
         (
             version(&v),
@@ -153,13 +153,13 @@ pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
 
     // A parameter no loaded algorithm has: nothing to infer.
     refused_without_change(
-        "bbr",
+        "bpf-bbr",
         &[(
             &["--wmin", "0.75"],
             &[
                 "no loaded algorithm has",
                 "w_min (--wmin)",
-                "bbr (cwnd_gain, probe_up_gain)",
+                "bpf-bbr (cwnd_gain, probe_up_gain)",
             ],
         )],
     );
@@ -167,41 +167,47 @@ pub fn tune_shows_changes_resets_and_infers_the_algorithm() {
 
 pub fn tune_refuses_bad_input_and_changes_nothing() {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
-    ccctl(&["tune", "bbr", "--cwnd-gain", "3"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
+    ccctl(&["tune", "bpf-bbr", "--cwnd-gain", "3"]).ok();
     let range = ["cwnd_gain (--cwnd-gain)", "1 to 4"];
     refused_without_change(
-        "bbr",
+        "bpf-bbr",
         &[
             (
-                &["bbr", "--cwnd-gain", "nan"],
+                &["bpf-bbr", "--cwnd-gain", "nan"],
                 &["not a number", range[0], range[1]],
             ),
-            (&["bbr", "--cwnd-gain", "NaN"], &["not a number", range[0]]),
             (
-                &["bbr", "--cwnd-gain", "inf"],
+                &["bpf-bbr", "--cwnd-gain", "NaN"],
+                &["not a number", range[0]],
+            ),
+            (
+                &["bpf-bbr", "--cwnd-gain", "inf"],
                 &["not a finite number", range[0], range[1]],
             ),
             (
-                &["bbr", "--cwnd-gain", "-inf"],
+                &["bpf-bbr", "--cwnd-gain", "-inf"],
                 &["not a finite number", range[0]],
             ),
             (
-                &["bbr", "--cwnd-gain", "-1"],
+                &["bpf-bbr", "--cwnd-gain", "-1"],
                 &["-1 is out of range", range[0], range[1]],
             ),
             (
-                &["bbr", "--cwnd-gain", "5.0"],
+                &["bpf-bbr", "--cwnd-gain", "5.0"],
                 &["5 is out of range", range[0], range[1]],
             ),
-            (&["bbr", "--cwnd-gain", "0.5"], &["out of range", range[0]]),
             (
-                &["bbr", "--probe-up-gain", "2.5"],
+                &["bpf-bbr", "--cwnd-gain", "0.5"],
+                &["out of range", range[0]],
+            ),
+            (
+                &["bpf-bbr", "--probe-up-gain", "2.5"],
                 &["probe_up_gain (--probe-up-gain)", "1 to 2"],
             ),
             // Several values, one bad: none is written.
             (
-                &["bbr", "--cwnd-gain", "2", "--probe-up-gain", "9"],
+                &["bpf-bbr", "--cwnd-gain", "2", "--probe-up-gain", "9"],
                 &["probe_up_gain (--probe-up-gain)", "1 to 2"],
             ),
             (
@@ -210,29 +216,29 @@ pub fn tune_refuses_bad_input_and_changes_nothing() {
             ),
             // Parameters bbr does not have, valid ones listed.
             (
-                &["bbr", "--wmin", "0.5"],
+                &["bpf-bbr", "--wmin", "0.5"],
                 &[
                     "w_min (--wmin)",
-                    "not a parameter of bbr",
+                    "not a parameter of bpf-bbr",
                     "valid: cwnd_gain (--cwnd-gain), probe_up_gain (--probe-up-gain)",
                 ],
             ),
             (
-                &["bbr", "--smin", "2", "--cwnd-gain", "2"],
-                &["s_min (--smin)", "not a parameter of bbr"],
+                &["bpf-bbr", "--smin", "2", "--cwnd-gain", "2"],
+                &["s_min (--smin)", "not a parameter of bpf-bbr"],
             ),
             (
-                &["bbr", "--wmin", "0.9", "--wmax", "0.8"],
-                &["not a parameter of bbr"],
+                &["bpf-bbr", "--wmin", "0.9", "--wmax", "0.8"],
+                &["not a parameter of bpf-bbr"],
             ),
             // clap: not a number at all, and --reset with values.
             (
-                &["bbr", "--cwnd-gain", "abc"],
+                &["bpf-bbr", "--cwnd-gain", "abc"],
                 &["--cwnd-gain", "invalid float"],
             ),
-            (&["bbr", "--cwnd-gain", ""], &["--cwnd-gain"]),
+            (&["bpf-bbr", "--cwnd-gain", ""], &["--cwnd-gain"]),
             (
-                &["bbr", "--reset", "--cwnd-gain", "2"],
+                &["bpf-bbr", "--reset", "--cwnd-gain", "2"],
                 &["--reset", "cannot be used with", "--cwnd-gain"],
             ),
             (
@@ -241,16 +247,16 @@ pub fn tune_refuses_bad_input_and_changes_nothing() {
             ),
         ],
     );
-    assert_eq!(value(&view("bbr"), "cwnd_gain"), 3.0);
-    assert_eq!(version(&view("bbr")), 2);
+    assert_eq!(value(&view("bpf-bbr"), "cwnd_gain"), 3.0);
+    assert_eq!(version(&view("bpf-bbr")), 2);
 
     // Not loaded: a clear error, and still nothing loaded.
-    ccctl(&["unload", "bbr"]).ok();
+    ccctl(&["unload", "bpf-bbr"]).ok();
     let state = snapshot();
-    ccctl(&["tune", "bbr", "--cwnd-gain", "3"])
-        .failed_with(&["bbr is not loaded", "ccctl load bbr"]);
-    ccctl(&["tune", "bbr"]).failed_with(&["bbr is not loaded"]);
-    ccctl(&["tune", "bbr", "--reset"]).failed_with(&["bbr is not loaded"]);
+    ccctl(&["tune", "bpf-bbr", "--cwnd-gain", "3"])
+        .failed_with(&["bpf-bbr is not loaded", "ccctl load bpf-bbr"]);
+    ccctl(&["tune", "bpf-bbr"]).failed_with(&["bpf-bbr is not loaded"]);
+    ccctl(&["tune", "bpf-bbr", "--reset"]).failed_with(&["bpf-bbr is not loaded"]);
     ccctl(&["tune", "--cwnd-gain", "3"]).failed_with(&["no ccctl algorithm is loaded"]);
     assert_eq!(snapshot(), state);
     assert!(!registered("bpf_bbr"));
@@ -261,23 +267,23 @@ pub fn load_with_parameters_validates_first_and_refuses_when_loaded() {
     let state = snapshot();
     for (args, needles) in [
         (
-            &["load", "bbr", "--wmin", "0.5"][..],
+            &["load", "bpf-bbr", "--wmin", "0.5"][..],
             &[
                 "w_min (--wmin)",
-                "not a parameter of bbr",
+                "not a parameter of bpf-bbr",
                 "valid: cwnd_gain",
             ][..],
         ),
         (
-            &["load", "bbr", "--cwnd-gain", "9"],
+            &["load", "bpf-bbr", "--cwnd-gain", "9"],
             &["cwnd_gain (--cwnd-gain)", "1 to 4"],
         ),
         (
-            &["load", "bbr", "--cwnd-gain", "nan", "--default"],
+            &["load", "bpf-bbr", "--cwnd-gain", "nan", "--default"],
             &["not a number"],
         ),
         (
-            &["load", "bbr", "--probe-up-gain", "-1"],
+            &["load", "bpf-bbr", "--probe-up-gain", "-1"],
             &["probe_up_gain (--probe-up-gain)", "out of range"],
         ),
     ] {
@@ -286,13 +292,21 @@ pub fn load_with_parameters_validates_first_and_refuses_when_loaded() {
         assert_eq!(snapshot(), state, "{args:?} changed kernel state");
     }
 
-    let out = ccctl(&["load", "bbr", "--cwnd-gain", "3", "--probe-up-gain", "1.1"]).ok();
+    let out = ccctl(&[
+        "load",
+        "bpf-bbr",
+        "--cwnd-gain",
+        "3",
+        "--probe-up-gain",
+        "1.1",
+    ])
+    .ok();
     assert!(
         out.stdout.contains("initial parameters: cwnd_gain 3"),
         "{}",
         out.stdout
     );
-    let v = view("bbr");
+    let v = view("bpf-bbr");
     assert_eq!(
         (
             version(&v),
@@ -304,13 +318,13 @@ pub fn load_with_parameters_validates_first_and_refuses_when_loaded() {
 
     // Already loaded: the values are not silently dropped.
     let state = snapshot();
-    ccctl(&["load", "bbr", "--cwnd-gain", "2", "--default"])
-        .failed_with(&["already loaded", "ccctl tune bbr"]);
-    assert_eq!(view("bbr"), v);
+    ccctl(&["load", "bpf-bbr", "--cwnd-gain", "2", "--default"])
+        .failed_with(&["already loaded", "ccctl tune bpf-bbr"]);
+    assert_eq!(view("bpf-bbr"), v);
     assert_eq!(snapshot(), state);
     // Without values, loading twice is still fine.
-    ccctl(&["load", "bbr"]).ok();
-    assert_eq!(view("bbr"), v);
+    ccctl(&["load", "bpf-bbr"]).ok();
+    assert_eq!(view("bpf-bbr"), v);
 }
 
 /// Modest BBR's window parameters (w_min, w_max, s_min) and the gains.
@@ -436,17 +450,17 @@ pub fn modest_bbr_window_parameters() {
         ],
     );
 
-    // With bbr loaded too, a gain alone names two candidates.
-    ccctl(&["load", "bbr"]).ok();
+    // With bpf-bbr loaded too, a gain alone names two candidates.
+    ccctl(&["load", "bpf-bbr"]).ok();
     ccctl(&["tune", "--cwnd-gain", "3"]).failed_with(&[
         "several loaded algorithms",
-        "bbr (",
+        "bpf-bbr (",
         "modest-bbr (",
     ]);
     ccctl(&["tune"]).failed_with(&["several loaded algorithms"]);
     ccctl(&["tune", "--smin", "2"]).ok();
     assert_eq!(value(&view("modest-bbr"), "s_min"), 2.0);
-    assert_eq!(value(&view("bbr"), "cwnd_gain"), 2.0);
+    assert_eq!(value(&view("bpf-bbr"), "cwnd_gain"), 2.0);
 
     ccctl(&["tune", "modest-bbr", "--reset"]).ok();
     let v = view("modest-bbr");

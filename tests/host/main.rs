@@ -56,7 +56,7 @@ mod flows {
     fn bpf_bbr_fills_a_tbf_bottleneck() {
         let _clean = Clean::new();
         let (flow, seen) = loaded_flow(
-            "bbr",
+            "bpf-bbr",
             "bpf_bbr",
             TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
             10,
@@ -513,7 +513,7 @@ mod lab {
         ccctl_sys::signals::kill(pid, rustix::process::Signal::INT);
         let status = child.wait().expect("wait");
         assert_eq!(status.code(), Some(130), "exit status {status}");
-        assert_nothing_left(pid, "bpf_bbr", "bbr");
+        assert_nothing_left(pid, "bpf_bbr", "bpf-bbr");
         let dir = run_dir_in(&out).expect("run directory");
         let status = metadata(&dir)["status"].as_str().unwrap_or("").to_string();
         assert!(status.starts_with("interrupted"), "status {status}");
@@ -560,7 +560,7 @@ mod lab {
             std::time::Duration::from_secs(10),
             || iperf3_pids().is_empty(),
         );
-        assert_nothing_left(pid, "bpf_bbr", "bbr");
+        assert_nothing_left(pid, "bpf_bbr", "bpf-bbr");
         let _ = ccctl(&["status"]);
     }
 
@@ -605,7 +605,7 @@ mod lab {
             meta["planned_runs"], 7,
             "calibration (Cubic, then the paced reference), main, 2 solo, 2 same-cc"
         );
-        assert_eq!(meta["loaded_for_run"][0], "bbr");
+        assert_eq!(meta["loaded_for_run"][0], "bpf-bbr");
 
         let summary = read_parquet(&dir.join("summary.parquet"));
         let main = rows(&summary, "flow", "main");
@@ -880,7 +880,7 @@ mod fleet {
     }
 }
 
-/// IPv6 (issue 14): traces filtered by IPv6 and IPv4 address beside each
+/// IPv6: traces filtered by IPv6 and IPv4 address beside each
 /// other, the lab over IPv6.
 mod ipv6 {
     use ccctl_lab::testbed::buffer_packets;

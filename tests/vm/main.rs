@@ -318,14 +318,14 @@ fn probe_rtt_samples_do_not_become_btl_bw() {
 
     require_vm();
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let rate = 10_000_000;
     let rtt = Duration::from_millis(10);
     let secs = 40;
     let tb = testbed(TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500)).with_rtts(&[rtt]));
     let trace = FlowTrace::start(
         &tb,
-        "bbr",
+        "bpf-bbr",
         &common::tempdir("probe-rtt").join("bbr.parquet"),
     );
     let flow = iperf::run_flow(
@@ -556,7 +556,7 @@ mod tracing {
     }
 }
 
-/// Modest BBR (issue 4) on the 6.1 kernel: it loads through the 2-argument
+/// Modest BBR on the 6.1 kernel: it loads through the 2-argument
 /// cong_control and a map registration, and carries a flow; a live `ccctl
 /// tune` reaches a running flow (bpf_bbr, see `live_tune_reaches_a_running_flow`).
 mod modest {
@@ -581,7 +581,7 @@ mod modest {
         assert_carries("modest_bbr", rate as f64, &flow, &seen, 0.5);
     }
 
-    /// Spurious losses do not hold Modest BBR down (departure 10, issue 13):
+    /// Spurious losses do not hold Modest BBR down (departure 10):
     /// on a path that reorders (10 % of the data packets, in short runs,
     /// overtake the rest by 20 ms, after the bottleneck; 20 ms more on the
     /// ACK path: 40 ms), the overtaken packets look lost until the kernel
@@ -603,7 +603,7 @@ mod modest {
         require_vm();
         let _clean = Clean::new();
         ccctl(&["load", "modest-bbr"]).ok();
-        ccctl(&["load", "bbr"]).ok();
+        ccctl(&["load", "bpf-bbr"]).ok();
         const PAIRS: usize = 3;
         const SECS: u64 = 15;
         // Deep enough that nothing overflows (checked below): STARTUP's
@@ -686,7 +686,7 @@ mod modest {
     }
 }
 
-/// patched BBR (issue 11) on the 6.1 kernel, and the lab's sender gate.
+/// patched BBR on the 6.1 kernel, and the lab's sender gate.
 mod patched {
     use super::*;
     use crate::common::patched::{self, Rule};
@@ -854,7 +854,7 @@ mod dstar {
     }
 }
 
-/// IPv6 on 6.1 (issue 14): the trace's IPv6 path (addresses read from the
+/// IPv6 on 6.1: the trace's IPv6 path (addresses read from the
 /// socket's IPv6 fields, the prefix match) passes the 6.1 verifier, and an
 /// IPv6 flow is traced with its addresses while an IPv4 flow beside it is
 /// filtered out, and the other way round. 10 Mbit/s, 3 s flows.

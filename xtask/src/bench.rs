@@ -318,7 +318,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
         per_packet::run(&bin, &args)?;
     }
     if run_all || matches!(args.which, Which::Datapath | Which::Trace) {
-        ccctl(&bin, &["load", "bbr"])?;
+        ccctl(&bin, &["load", "bpf-bbr"])?;
         let res = (|| -> Result<()> {
             let ns = Netns::new()?;
             if run_all || args.which == Which::Datapath {
@@ -339,7 +339,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
                         .args([
                             "trace",
                             "--algo",
-                            "bbr",
+                            "bpf-bbr",
                             "--out",
                             out.to_str().unwrap_or("/tmp/x.parquet"),
                         ])
@@ -366,7 +366,7 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             }
             Ok(())
         })();
-        let unload = ccctl(&bin, &["unload", "bbr"]);
+        let unload = ccctl(&bin, &["unload", "bpf-bbr"]);
         res?;
         unload?;
     }

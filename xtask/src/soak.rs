@@ -506,7 +506,7 @@ fn kill(c: &Ccctl, trials: u32, only: &[Killed]) -> Result<Vec<String>> {
     std::fs::write(
         &daemon_cfg,
         format!(
-            "[[algorithms]]\nname = \"bbr\"\n[[algorithms]]\nname = \"modest-bbr\"\n\
+            "[[algorithms]]\nname = \"bpf-bbr\"\n[[algorithms]]\nname = \"modest-bbr\"\n\
              [trace]\nout_dir = \"{}\"\nrotate_size = \"2MB\"\n",
             scratch.join("traces").display()
         ),
@@ -520,7 +520,7 @@ fn kill(c: &Ccctl, trials: u32, only: &[Killed]) -> Result<Vec<String>> {
     // (command, setup before each trial, the command's argv)
     type Setup = fn(&Ccctl, &[&str]) -> Result<()>;
     let none: Setup = |_, _| Ok(());
-    let load_bbr: Setup = |c, _| c.must(&["load", "bbr"]).map(drop);
+    let load_bbr: Setup = |c, _| c.must(&["load", "bpf-bbr"]).map(drop);
     let load_modest_a: Setup = |c, a| {
         c.must(&["load", "modest-bbr"])?;
         let mut args = vec!["tune", "modest-bbr"];
@@ -779,7 +779,7 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
     let cfg_path = scratch.join("daemon.toml");
     let config = |gain: f64| {
         format!(
-            "[[algorithms]]\nname = \"bbr\"\nparams = {{ cwnd_gain = {gain:.1} }}\n\
+            "[[algorithms]]\nname = \"bpf-bbr\"\nparams = {{ cwnd_gain = {gain:.1} }}\n\
              [trace]\nout_dir = \"{}\"\nrotate_size = \"2MB\"\nrotate_time = \"10s\"\n",
             traces.display()
         )
@@ -850,7 +850,7 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
             let want = if hups % 2 == 1 { "2.5" } else { "2.0" };
             let applied = (0..20).any(|_| {
                 std::thread::sleep(Duration::from_millis(100));
-                params_of(c, "bbr")
+                params_of(c, "bpf-bbr")
                     .is_ok_and(|p| p.get("cwnd_gain").map(String::as_str) == Some(want))
             });
             if !applied {

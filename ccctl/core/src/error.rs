@@ -9,6 +9,15 @@ pub enum Error {
     #[error("unknown algorithm `{name}`; known algorithms: {known}")]
     UnknownAlgorithm { name: String, known: String },
 
+    /// A name that means the kernel's own algorithm, not one ccctl carries
+    /// (`bbr` is the kernel's BBR; ours is `bpf-bbr`).
+    #[error("`{name}` is the kernel's own congestion control, not one ccctl loads; did you mean `{ours}` (kernel name `{kernel_name}`)?")]
+    KernelAlgorithm {
+        name: String,
+        ours: &'static str,
+        kernel_name: &'static str,
+    },
+
     #[error(
         "insufficient privileges: missing {missing}; run as root or grant CAP_BPF and CAP_NET_ADMIN \
          (CAP_SYS_ADMIN also covers CAP_BPF)"

@@ -1,4 +1,4 @@
-//! The one knob of every property test in the workspace (issue 14).
+//! The one knob of every property test in the workspace.
 
 /// Cases per property: `CCCTL_FUZZ_CASES` when set to a number, else
 /// `default` (what fits CI's budget for that parser).

@@ -815,20 +815,21 @@ mod tests {
             pick(&[b, modest()], &["w_min"]).map(|a| a.name),
             Ok("modest-bbr")
         );
-        assert_eq!(pick(&[b], &["cwnd_gain"]).map(|a| a.name), Ok("bbr"));
+        assert_eq!(pick(&[b], &["cwnd_gain"]).map(|a| a.name), Ok("bpf-bbr"));
         assert_eq!(pick(&[modest()], &[]).map(|a| a.name), Ok("modest-bbr"));
         let e = pick(&[b, modest()], &["cwnd_gain"])
             .map(|a| a.name)
             .expect_err("both have it");
         assert!(
-            e.contains("several") && e.contains("bbr (") && e.contains("modest-bbr ("),
+            e.contains("several") && e.contains("bpf-bbr (") && e.contains("modest-bbr ("),
             "{e}"
         );
         let e = pick(&[b], &["w_min"])
             .map(|a| a.name)
             .expect_err("bbr has no w_min");
         assert!(
-            e.contains("w_min (--wmin)") && e.contains("loaded: bbr (cwnd_gain, probe_up_gain)"),
+            e.contains("w_min (--wmin)")
+                && e.contains("loaded: bpf-bbr (cwnd_gain, probe_up_gain)"),
             "{e}"
         );
         assert!(pick(&[], &["w_min"])

@@ -58,7 +58,7 @@ pub enum EventGroup {
 pub static ALGORITHMS: &[Algorithm] = &[
     Algorithm {
         id: abi::CCCTL_ALGO_BBR,
-        name: "bbr",
+        name: "bpf-bbr",
         kernel_name: "bpf_bbr",
         summary: "BBR v1 in BPF, our baseline (startup, drain, probe_bw, probe_rtt)",
         object: Object::Bbr,
@@ -102,8 +102,23 @@ impl Algorithm {
     }
 }
 
-/// Find an algorithm by its user or kernel name.
+/// Names of the kernel's own congestion controls that one of ours is
+/// easily mistaken for, with ours: `bbr` always means the kernel's BBR
+/// (tcp_bbr), in scenarios as on the command line.
+const KERNEL_LOOKALIKES: &[(&str, &str)] = &[("bbr", "bpf_bbr")];
+
+/// Find an algorithm by its user or kernel name. A kernel algorithm's name
+/// that looks like one of ours (`bbr`) is refused with a hint.
 pub fn find(name: &str) -> Result<&'static Algorithm> {
+    if let Some(&(_, ours)) = KERNEL_LOOKALIKES.iter().find(|(k, _)| *k == name) {
+        if let Some(a) = ALGORITHMS.iter().find(|a| a.kernel_name == ours) {
+            return Err(Error::KernelAlgorithm {
+                name: name.to_string(),
+                ours: a.name,
+                kernel_name: a.kernel_name,
+            });
+        }
+    }
     ALGORITHMS
         .iter()
         .find(|a| a.name == name || a.kernel_name == name)
@@ -146,7 +161,7 @@ pub fn id_of(name: &str) -> Option<u32> {
         .map(|a| a.id)
 }
 
-/// The names [`id_of`] accepts, for error messages: `bbr (bpf_bbr), modest-bbr (modest_bbr), dstar`.
+/// The names [`id_of`] accepts, for error messages: `bpf-bbr (bpf_bbr), modest-bbr (modest_bbr), dstar`.
 pub fn choices() -> String {
     ALGORITHMS
         .iter()
@@ -216,5 +231,24 @@ mod tests {
             find("bpf_bbr").map(|a| a.id).ok(),
             Some(abi::CCCTL_ALGO_BBR)
         );
+        assert_eq!(
+            find("bpf-bbr").map(|a| a.id).ok(),
+            Some(abi::CCCTL_ALGO_BBR)
+        );
+        assert_eq!(id_of("bbr"), None, "bbr is the kernel's");
+        assert!(choices().starts_with("bpf-bbr (bpf_bbr), modest-bbr (modest_bbr)"));
+    }
+
+    #[test]
+    fn the_kernels_bbr_is_refused_with_a_hint() {
+        let e = find("bbr").expect_err("bbr is the kernel's").to_string();
+        assert!(e.contains("kernel's own") && e.contains("`bpf-bbr`"), "{e}");
+        assert!(matches!(
+            find("bbr"),
+            Err(Error::KernelAlgorithm {
+                ours: "bpf-bbr",
+                ..
+            })
+        ));
     }
 }

@@ -1,4 +1,4 @@
-//! Property tests of ccctl-core's parsers (issue 14): units (rates, times,
+//! Property tests of ccctl-core's parsers: units (rates, times,
 //! buffers, command-line seconds), trace endpoints and every tunable
 //! parameter's value check, fed arbitrary text (any Unicode, control bytes),
 //! near-valid text from a grammar of numbers and units, and any f64 bit

@@ -138,7 +138,7 @@ pub struct SummaryRow {
     /// The flow's sender On/Off gate (the ground truth of Θ), if gated.
     pub schedule_on_ms: Option<f64>,
     pub schedule_off_ms: Option<f64>,
-    /// The gate's on-percentage On / (On + Off) (patched-bbr-cloud.txt eq. 11).
+    /// The gate's on-percentage On / (On + Off) (the patched-BBR paper eq. 11).
     pub schedule_theta: Option<f64>,
     pub metrics: FlowMetrics,
     pub share: Option<f64>,

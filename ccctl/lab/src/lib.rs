@@ -35,9 +35,9 @@ mod testbed_tests;
 /// The test VM (ccctl-vm), where the lab runs when this kernel has no netem.
 pub use ccctl_vm as vm;
 
-pub mod algorithms;
 pub mod analyze;
 pub mod exec;
+pub mod provision;
 /// Ctrl-C for the lab: SIGINT, SIGTERM and SIGHUP are recorded; the lab notices
 /// at its next 100 ms tick, stops its flows, tears down the testbed, unloads
 /// what it loaded and exits (ccctl-sys's signal policy).
@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 /// the algorithms they loaded and their network namespaces. One line per
 /// repair, for the user.
 pub fn repair_stale_runs() -> Vec<String> {
-    let mut fixed = algorithms::reap_stale();
+    let mut fixed = provision::reap_stale();
     fixed.extend(
         testbed::sweep_stale()
             .into_iter()
@@ -171,10 +171,10 @@ pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
             eprintln!("ccctl lab: the scenario asks for kernel 6.1: running it in the VM (Debian 6.1, TCG)");
             Where::Vm
         }
-        Where::Auto if !algorithms::missing_here(&opts.scenario).is_empty() => {
+        Where::Auto if !provision::missing_here(&opts.scenario).is_empty() => {
             eprintln!(
                 "ccctl lab: this kernel has no {}: running the scenario in the VM (Debian 6.1, TCG), which has it",
-                algorithms::missing_here(&opts.scenario).join(", ")
+                provision::missing_here(&opts.scenario).join(", ")
             );
             Where::Vm
         }
@@ -198,10 +198,10 @@ pub fn run(opts: LabOptions) -> Result<LabOutcome, LabError> {
     // Everything that can be checked is checked before anything is created.
     let kernel_cc = match where_ {
         Where::Vm => {
-            algorithms::precheck(&opts.scenario)?;
+            provision::precheck(&opts.scenario)?;
             None
         }
-        _ => Some(algorithms::check(&opts.scenario)?),
+        _ => Some(provision::check(&opts.scenario)?),
     };
     let run_dir = match &opts.run_dir {
         Some(d) => {
@@ -320,7 +320,7 @@ fn run_here(
     };
     output::write_scenario(&run_dir.join("scenario.toml"), sc)?;
     meta.write(run_dir)?;
-    let loaded = algorithms::Loaded::ensure(sc)?;
+    let loaded = provision::Loaded::ensure(sc)?;
     meta.loaded_for_run = loaded.names().iter().map(|s| s.to_string()).collect();
 
     let tracer = traces::LabTracer::new(sc.algorithms(), run_dir);

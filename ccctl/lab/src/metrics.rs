@@ -1,11 +1,11 @@
 //! The measures the lab reports, as plain functions of measured numbers,
 //! each written from its paper's formula:
 //!
-//! - Jain's fairness index, harm-vs-fairness.txt eq. 1;
+//! - Jain's fairness index, Ware et al.'s harm paper eq. 1;
 //! - Ware et al.'s harm: `(x - y) / x` for more-is-better metrics
 //!   (throughput), `(y - x) / x` for less-is-better ones (delay), where `x`
 //!   is the flow's performance alone and `y` with the competitor;
-//! - harm-vs-fairness.txt eq. 2, the signed linear metric behind `m_f`
+//! - Ware et al.'s harm paper eq. 2, the signed linear metric behind `m_f`
 //!   (fairness: `x = m(beta)`, `y = m(alpha)`) and `m_h` (harm:
 //!   `x = m(beta)` against alpha, `y = m(beta_1)` against another beta).
 //!

@@ -153,7 +153,7 @@ pub struct FlowGroup {
     #[serde(default)]
     pub rtt: Option<HumanDuration>,
     /// The sender host of these flows is gated On/Off, as a virtual machine
-    /// the hypervisor deschedules (patched-bbr-cloud.txt Sec. III-C): during
+    /// the hypervisor deschedules (the patched-BBR paper Sec. III-C): during
     /// Off it neither transmits nor receives. Default: always On.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
@@ -183,7 +183,7 @@ pub const SCHEDULE_MIN: Duration = Duration::from_millis(1);
 pub const SCHEDULE_MAX_CYCLE: Duration = Duration::from_secs(1);
 
 impl Schedule {
-    /// The on-percentage Θ = On / (On + Off) (patched-bbr-cloud.txt eq. 11).
+    /// The on-percentage Θ = On / (On + Off) (the patched-BBR paper eq. 11).
     pub fn theta(&self) -> f64 {
         let on = self.on.0.as_secs_f64();
         on / (on + self.off.0.as_secs_f64())

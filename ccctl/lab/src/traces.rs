@@ -14,9 +14,9 @@ use std::thread::JoinHandle;
 
 use polars::prelude::*;
 
-use super::algorithms::{self, Source};
 use super::exec::JobRecord;
 use super::plan::Job;
+use super::provision::{self, Source};
 use crate::plots::{self, Panel, Series};
 use ccctl_core::trace::{Filter, SharedMaps, TraceLock, TraceOptions, TraceSummary};
 
@@ -43,7 +43,7 @@ impl LabTracer {
     ) -> Option<LabTracer> {
         if !scenario_algos
             .into_iter()
-            .any(|a| matches!(algorithms::resolve(&a), Source::Ours(_)))
+            .any(|a| matches!(provision::resolve(&a), Source::Ours(_)))
         {
             return None;
         }
@@ -64,7 +64,7 @@ impl LabTracer {
         let ours: Vec<String> = job
             .flows
             .iter()
-            .filter_map(|f| match algorithms::resolve(&f.cc) {
+            .filter_map(|f| match provision::resolve(&f.cc) {
                 Source::Ours(a) => Some(a.kernel_name.to_string()),
                 Source::Kernel => None,
             })
@@ -172,7 +172,7 @@ pub fn plot(rec: &JobRecord, dir: &Path) -> anyhow::Result<()> {
     let mut by_port: BTreeMap<u64, (String, Option<f64>)> = BTreeMap::new();
     for (i, f) in rec.flows.iter().enumerate() {
         if let Some(p) = f.result.local_port {
-            if matches!(algorithms::resolve(&f.plan.cc), Source::Ours(_)) {
+            if matches!(provision::resolve(&f.plan.cc), Source::Ours(_)) {
                 by_port.insert(
                     p as u64,
                     (

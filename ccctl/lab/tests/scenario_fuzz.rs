@@ -1,4 +1,4 @@
-//! Property tests of the scenario parser (issue 14): the shipped scenario
+//! Property tests of the scenario parser: the shipped scenario
 //! files, mutated a line at a time (a value replaced by a hostile token, a
 //! line dropped, duplicated or replaced by junk), and arbitrary text. No
 //! panic and no hang; a refusal names a field (a TOML key path or line) and

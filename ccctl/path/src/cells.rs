@@ -99,7 +99,7 @@ cell_impl!(Demux, DemuxIngress, NeverEgress);
 // ---------------------------------------------------------------------------
 // The sender gate
 
-/// A sender host's On/Off schedule (a descheduled VM, patched-bbr-cloud.txt
+/// A sender host's On/Off schedule (a descheduled VM, the patched-BBR paper
 /// Sec. III-C): its link carries packets, both ways, only during the first
 /// `on` of every `on + off`, cycles aligned to CLOCK_TAI multiples of
 /// `on + off` (as the qdisc testbed's taprio with base-time 0), so the

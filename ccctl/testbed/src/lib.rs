@@ -28,7 +28,7 @@
 //!   data path to the bottleneck has no extra queue and each sender keeps its
 //!   own RTT (RTT unfairness) while sharing one bottleneck.
 //! * A gated sender N ([`SenderConfig::gate`], a descheduled VM,
-//!   patched-bbr-cloud.txt Sec. III-C): `taprio` roots on the sender's own
+//!   the patched-BBR paper Sec. III-C): `taprio` roots on the sender's own
 //!   `eth0` and on the router's `to_sN`, one traffic class, gate open On /
 //!   closed Off, CLOCK_TAI, base-time 0, so both gates open and close
 //!   together: Off, the sender transmits nothing (TCP Small Queues holds the

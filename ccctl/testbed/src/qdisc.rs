@@ -131,7 +131,7 @@ pub(super) fn gate_ifb_dev(i: usize) -> String {
     format!("ifbg{i}")
 }
 
-/// A sender host's On/Off schedule (a descheduled VM, patched-bbr-cloud.txt
+/// A sender host's On/Off schedule (a descheduled VM, the patched-BBR paper
 /// Sec. III-C): its link carries packets, both ways, only during the first
 /// `on` of every `on + off`, cycles aligned to CLOCK_TAI multiples of
 /// `on + off` (taprio base-time 0). One type for both path emulators.

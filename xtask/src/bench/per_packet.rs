@@ -14,7 +14,7 @@ use crate::proc;
 /// Our algorithms: the name `ccctl load` takes and the kernel name iperf3's
 /// `-C` takes.
 const ALGOS: &[(&str, &str)] = &[
-    ("bbr", "bpf_bbr"),
+    ("bpf-bbr", "bpf_bbr"),
     ("modest-bbr", "modest_bbr"),
     ("dstar", "dstar"),
 ];
@@ -155,7 +155,7 @@ pub fn run(bin: &Path, args: &BenchArgs) -> Result<()> {
         .collect();
     if wanted.is_empty() {
         bail!(
-            "--algos: none of {:?} is one of ours (bbr, modest-bbr, dstar)",
+            "--algos: none of {:?} is one of ours (bpf-bbr, modest-bbr, dstar)",
             args.algos
         );
     }

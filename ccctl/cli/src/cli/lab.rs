@@ -270,7 +270,7 @@ fn check(args: CheckArgs) -> Result<()> {
     let sc = args.scenario.scenario()?;
     // Names no kernel (here or in the test VM) nor ccctl could provide are
     // refused here, as `lab run` would refuse them.
-    lab::algorithms::precheck(&sc)?;
+    lab::provision::precheck(&sc)?;
     let plan = lab::plan::plan(&sc);
     let jobs: Vec<&lab::plan::Job> = match args.shard {
         None => plan.jobs.iter().collect(),

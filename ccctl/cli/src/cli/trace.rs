@@ -138,7 +138,7 @@ mod tests {
             "--csv",
             "a.csv",
             "--algo",
-            "bbr",
+            "bpf-bbr",
             "--algo",
             "dstar",
             "--duration",

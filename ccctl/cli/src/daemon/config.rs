@@ -6,7 +6,7 @@
 //! on_exit = "unload"          # or "leave": what SIGTERM does to the algorithms
 //!
 //! [[algorithms]]
-//! name = "bbr"                # ccctl user or kernel name
+//! name = "bpf-bbr"                # ccctl user or kernel name
 //! default = false             # make it net.ipv4.tcp_congestion_control
 //! params = { cwnd_gain = 2.0, probe_up_gain = 1.25 }
 //!                             # modest-bbr also: w_min, w_max, s_min (or wmin,
@@ -17,7 +17,7 @@
 //!
 //! [trace]                     # optional: per-ACK traces to rotating Parquet files
 //! out_dir = "/var/lib/ccctl/traces"
-//! algo = ["bbr"]              # default: every algorithm
+//! algo = ["bpf-bbr"]              # default: every algorithm
 //! port = 0                    # local or remote port; 0 = any
 //! local = "198.18.0.0/15"      # optional: local end, as `ccctl trace --local`
 //! remote = "[fd00:ccc::2]:5201" # optional: remote end (IPv4 or IPv6, /LEN a prefix)
@@ -321,7 +321,7 @@ mod tests {
     fn example_config_is_valid() {
         let text = include_str!("../../../../examples/daemon.toml");
         let cfg = DaemonConfig::from_toml(text).expect("the shipped example is valid");
-        assert_eq!(cfg.algorithms[0].name, "bbr");
+        assert_eq!(cfg.algorithms[0].name, "bpf-bbr");
         assert!(cfg.trace.is_some());
     }
 
@@ -338,15 +338,15 @@ mod tests {
         let cases = [
             ("[[algorithms]]\nname = \"nosuch\"", "algorithms[0].name"),
             (
-                "[[algorithms]]\nname = \"bbr\"\nparams = { cwnd_gain = 9.0 }",
+                "[[algorithms]]\nname = \"bpf-bbr\"\nparams = { cwnd_gain = 9.0 }",
                 "cwnd_gain",
             ),
             (
-                "[[algorithms]]\nname = \"bbr\"\nparams = { wmin = 0.5 }",
-                "not a parameter of bbr",
+                "[[algorithms]]\nname = \"bpf-bbr\"\nparams = { wmin = 0.5 }",
+                "not a parameter of bpf-bbr",
             ),
             (
-                "[[algorithms]]\nname = \"bbr\"\n[[algorithms]]\nname = \"bpf_bbr\"",
+                "[[algorithms]]\nname = \"bpf-bbr\"\n[[algorithms]]\nname = \"bpf_bbr\"",
                 "listed twice",
             ),
             ("on_exit = \"explode\"", "on_exit"),

@@ -94,7 +94,7 @@ pub fn gain(fp: u32) -> f64 {
     fp as f64 / abi::CCCTL_GAIN_UNIT as f64
 }
 
-/// TCP D*'s mode (`CCCTL_DSTAR_*`, Fig. 1 of tcp-dstar.txt) as a name.
+/// TCP D*'s mode (`CCCTL_DSTAR_*`, Fig. 1 of the TCP D* paper) as a name.
 #[inline]
 pub fn dstar_mode_name(mode: u8) -> &'static str {
     match mode as u32 {

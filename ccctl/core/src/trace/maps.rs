@@ -200,7 +200,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "no ccctl algorithm is loaded (no {}); load one with `ccctl load bbr`",
+                "no ccctl algorithm is loaded (no {}); load one with `ccctl load bpf-bbr`",
                 dir.join("trace_events").display()
             )
         );

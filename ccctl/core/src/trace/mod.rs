@@ -60,7 +60,7 @@ pub fn switch_off_orphaned() -> Result<Option<u64>, TraceError> {
 /// Why a trace session could not start; nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("no ccctl algorithm is loaded (no {}); load one with `ccctl load bbr`", path.display())]
+    #[error("no ccctl algorithm is loaded (no {}); load one with `ccctl load bpf-bbr`", path.display())]
     NotLoaded { path: PathBuf },
 
     #[error(
@@ -263,13 +263,18 @@ impl Filter {
             ..Filter::default()
         };
         for name in algos {
-            let id = registry::id_of(name).ok_or_else(|| TraceError::BadInput {
-                flag: "--algo",
-                message: format!(
-                    "unknown algorithm `{name}`; algorithms that can be traced: {}",
-                    registry::choices()
-                ),
-            })?;
+            let id = registry::find(name)
+                .map(|a| a.id)
+                .map_err(|e| TraceError::BadInput {
+                    flag: "--algo",
+                    message: match e {
+                        crate::error::Error::KernelAlgorithm { .. } => e.to_string(),
+                        _ => format!(
+                            "unknown algorithm `{name}`; algorithms that can be traced: {}",
+                            registry::choices()
+                        ),
+                    },
+                })?;
             let kernel_name = registry::kernel_name_of(id as u8).to_string();
             if !f.algos.contains(&kernel_name) {
                 f.algos.push(kernel_name);
@@ -430,7 +435,7 @@ mod tests {
     #[test]
     fn filters_become_trace_cfg() {
         let f = Filter::new(
-            &["bbr".into(), "dstar".into(), "bpf_bbr".into()],
+            &["bpf-bbr".into(), "dstar".into(), "bpf_bbr".into()],
             Some(5201),
             Some(10),
             true,
@@ -470,7 +475,13 @@ mod tests {
             "{msg}"
         );
         assert!(
-            msg.contains("bbr (bpf_bbr)") && msg.contains("dstar"),
+            msg.contains("bpf-bbr (bpf_bbr)") && msg.contains("dstar"),
+            "{msg}"
+        );
+        let e = Filter::new(&["bbr".into()], None, None, false).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("--algo: `bbr` is the kernel's own") && msg.contains("`bpf-bbr`"),
             "{msg}"
         );
         let e = Filter::new(&[], None, Some(0), false).unwrap_err();

@@ -16,7 +16,7 @@ use ccctl_core::registry::{self, Algorithm};
 use super::LabError;
 
 /// Kernel congestion controls that exist as modules or built-ins on common
-/// kernels; `bbr` here wins over our user name `bbr`.
+/// kernels (`bbr` is the kernel's BBR; ours is `bpf-bbr` / `bpf_bbr`).
 const KERNEL_NAMES: &[&str] = &[
     "reno",
     "cubic",

@@ -289,3 +289,41 @@ pub fn pins_are_private_and_planted_links_refused() {
         "bpf_bbr registered through a planted link"
     );
 }
+
+/// As an unprivileged user (nobody, no groups), every command that needs
+/// privileges says which capabilities are missing, the same way, and no
+/// cause of the error is printed twice; nothing is loaded meanwhile.
+pub fn unprivileged_commands_say_what_is_missing_once() {
+    let _clean = Clean::new();
+    ccctl(&["load", "bpf-bbr"]).ok();
+    let before = snapshot();
+    let bin = ccctl_bin();
+    let bin = bin.to_str().expect("utf-8 path");
+    for args in [
+        &["status"][..],
+        &["tune", "bpf-bbr"],
+        &["tune"],
+        &["load", "modest-bbr"],
+        &["unload", "bpf-bbr"],
+        &["trace", "--follow", "--duration", "1"],
+    ] {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", bin])
+            .args(args)
+            .output()
+            .expect("running setpriv");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?} ran unprivileged");
+        assert!(
+            stderr.contains("insufficient privileges: missing CAP_BPF and CAP_NET_ADMIN"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches("ccctl: error:").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("os error"), "{args:?}: {stderr}");
+    }
+    assert_eq!(snapshot(), before, "nothing changed");
+}

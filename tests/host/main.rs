@@ -43,6 +43,11 @@ fn bbr_phase_analysis_rejects_wrong_bbrs() {
     common::bbr_phases::analysis_reads_the_spec_and_rejects_wrong_bbrs();
 }
 
+#[test]
+fn unprivileged_commands_say_what_is_missing_once() {
+    lifecycle::unprivileged_commands_say_what_is_missing_once();
+}
+
 mod flows {
     use ccctl_lab::testbed::{buffer_bdp, buffer_packets, TestbedConfig};
 

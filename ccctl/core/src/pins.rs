@@ -123,7 +123,12 @@ pub fn pin_root() -> PathBuf {
 /// `<bpffs>/ccctl/...` would make ccctl pin into, read, tune or unpin objects
 /// that are not ours. Checked by every command that uses the pins; the
 /// bpffs root itself is the administrator's.
+///
+/// Reading the pins needs the privileges loading does: without them this
+/// is the one place that says which are missing ([`kernel::check_privileges`]),
+/// for every command that reads pins (status, tune, trace, unload).
 pub fn check_pin_tree() -> Result<()> {
+    kernel::check_privileges()?;
     let mut todo = vec![(pin_root(), 0)];
     while let Some((path, depth)) = todo.pop() {
         let md = match fs::symlink_metadata(&path) {

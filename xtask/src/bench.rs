@@ -295,8 +295,20 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             "consumer: {} synthetic events through decode + Parquet, one core",
             args.events
         );
-        let res = proc::capture(Command::new(&bin).args([
-            "trace-bench",
+        // Research tooling lives beside the product, not in it: an example
+        // of ccctl-observe.
+        let bench = proc::cargo_build_json(
+            &[
+                "build",
+                "--release",
+                "-p",
+                "ccctl-observe",
+                "--example",
+                "trace_bench",
+            ],
+            |name, kinds, _| name == "trace_bench" && kinds.iter().any(|k| k == "example"),
+        )?;
+        let res = proc::capture(Command::new(&bench).args([
             "--events",
             &args.events.to_string(),
             "--out",

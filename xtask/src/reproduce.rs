@@ -4,8 +4,8 @@
 //! Runs each scenario of `scenarios/seeds/` with `ccctl lab run` (on this
 //! kernel with the userspace path emulator; in the 6.1 VM only for a
 //! scenario that asks for `kernel = "6.1"`) into
-//! `results/reproduction-<UTC time>/<name>/`, then has `ccctl lab
-//! reproduction report` compute every headline from those Parquet files
+//! `results/reproduction-<UTC time>/<name>/`, then has `reproduction
+//! report` (an example of ccctl-lab) compute every headline from those Parquet files
 //! into `REPORT.md`. The suite and headline tables live in
 //! `ccctl/lab/src/reproduce.rs` (xtask does not link polars).
 //!
@@ -102,8 +102,15 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     };
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
+    // The suite's plan and report: an example of ccctl-lab (research
+    // tooling, not in the ccctl users install).
+    eprintln!("reproduce: building the reproduction tool (debug)");
+    let tool = proc::cargo_build_json(
+        &["build", "-p", "ccctl-lab", "--example", "reproduction"],
+        |name, kinds, _| name == "reproduction" && kinds.iter().any(|k| k == "example"),
+    )?;
     if args.report_only {
-        let code = report(&ccctl, &out)?;
+        let code = report(&tool, &out)?;
         if args.docs {
             write_docs(&root, &out)?;
         }
@@ -125,9 +132,9 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
         );
     }
 
-    let mut plan_cmd = Command::new(&ccctl);
+    let mut plan_cmd = Command::new(&tool);
     plan_cmd
-        .args(["lab", "reproduction", "plan", "--seeds"])
+        .args(["plan", "--seeds"])
         .arg(root.join("scenarios/seeds"))
         .arg("--out")
         .arg(&out)
@@ -139,7 +146,7 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
         .lines()
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()
-        .context("reading `ccctl lab reproduction plan`")?;
+        .context("reading `reproduction plan`")?;
 
     let mut todo = Vec::new();
     for p in planned {
@@ -237,7 +244,7 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
         );
     }
     std::fs::write(&suite_path, serde_json::to_string_pretty(&suite)? + "\n")?;
-    let code = report(&ccctl, &out)?;
+    let code = report(&tool, &out)?;
     if args.docs {
         write_docs(&root, &out)?;
     }
@@ -248,12 +255,8 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     Ok(code)
 }
 
-fn report(ccctl: &Path, out: &Path) -> Result<i32> {
-    proc::capture(
-        Command::new(ccctl)
-            .args(["lab", "reproduction", "report"])
-            .arg(out),
-    )?;
+fn report(tool: &Path, out: &Path) -> Result<i32> {
+    proc::capture(Command::new(tool).arg("report").arg(out))?;
     println!("reproduce: report in {}", out.join("REPORT.md").display());
     Ok(0)
 }

@@ -57,9 +57,6 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page, roff (e.g. `ccctl man | man -l -`).
     Man,
-    /// Benchmark: synthetic events through the trace decoder and Parquet writer.
-    #[command(hide = true)]
-    TraceBench(TraceBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -78,14 +75,6 @@ pub struct DaemonArgs {
     /// Lock file (default /run/ccctl/daemon.lock).
     #[arg(long, hide = true)]
     pub lock: Option<std::path::PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct TraceBenchArgs {
-    #[arg(long, default_value_t = 5_000_000)]
-    pub events: usize,
-    #[arg(long)]
-    pub out: std::path::PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -214,10 +203,7 @@ fn man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    if !matches!(
-        cli.command,
-        Command::Completions(_) | Command::Man | Command::TraceBench(_)
-    ) {
+    if !matches!(cli.command, Command::Completions(_) | Command::Man) {
         repair_state();
     }
     match cli.command {
@@ -239,16 +225,6 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Man => man_page(&mut std::io::stdout()).context("writing the man page"),
-        Command::TraceBench(args) => {
-            let rate = ccctl_observe::consumer_bench::consumer_rate(args.events, &args.out)?;
-            println!(
-                "consumer: {} events through decode + Parquet in {:.2} s: {:.2} M events/s",
-                args.events,
-                args.events as f64 / rate,
-                rate / 1e6
-            );
-            Ok(())
-        }
     }
 }
 

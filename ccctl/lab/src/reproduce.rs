@@ -1038,7 +1038,7 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     let _ = writeln!(out, "# Reproduction report\n");
     let _ = writeln!(
         out,
-        "Mode: {}. Numbers computed from each scenario's `summary.parquet` by `ccctl lab reproduction report` \
+        "Mode: {}. Numbers computed from each scenario's `summary.parquet` by `cargo xtask reproduce` (`reproduction report`) \
          (headline table: `ccctl/lab/src/reproduce.rs`). A value is the mean over cases (one case = one link \
          setting x repetition of the scenario; for a share, the share of cases), with its 95 % interval \
          (percentile bootstrap over the cases, {BOOTSTRAP_RESAMPLES} resamples); `spread` is the cases' \

@@ -20,31 +20,6 @@ pub enum LabCommand {
     /// plan) into one run directory: the files, table and plots of an
     /// unsharded run, every metric recomputed from the merged records.
     Merge(MergeArgs),
-    /// The reproduction suite's two halves (driven by `cargo xtask reproduce`).
-    #[command(subcommand, hide = true)]
-    Reproduction(ReproductionCommand),
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ReproductionCommand {
-    /// Print the scenarios to run (JSON, one per line); with --quick, write
-    /// the quick variants into OUT.
-    Plan {
-        /// Directory of the suite's scenario files.
-        #[arg(long, default_value = "scenarios/seeds")]
-        seeds: PathBuf,
-        /// Fewer repetitions, shorter runs (each effect kept).
-        #[arg(long)]
-        quick: bool,
-        /// The reproduction directory.
-        #[arg(long)]
-        out: PathBuf,
-        /// Scenario names (default: the whole suite).
-        names: Vec<String>,
-    },
-    /// Compute every headline from the Parquet files under DIR and write
-    /// DIR/REPORT.md and DIR/report.json.
-    Report { dir: PathBuf },
 }
 
 #[derive(Debug, Args)]
@@ -223,22 +198,6 @@ pub fn run(cmd: LabCommand, verbose: u8) -> Result<()> {
                     outcome.limited_links
                 );
             }
-            Ok(())
-        }
-        LabCommand::Reproduction(ReproductionCommand::Plan {
-            seeds,
-            quick,
-            out,
-            names,
-        }) => {
-            for p in lab::reproduce::plan(&seeds, &names, quick, &out)? {
-                println!("{}", serde_json::to_string(&p)?);
-            }
-            Ok(())
-        }
-        LabCommand::Reproduction(ReproductionCommand::Report { dir }) => {
-            let text = lab::reproduce::report(&dir)?;
-            print!("{text}");
             Ok(())
         }
         LabCommand::Run(args) => {

@@ -118,7 +118,7 @@ pub fn bpf_bbr_and_native_bbr_share_a_link(
     figure: &str,
 ) {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     assert_eq!(cfg.senders.len(), 2, "two senders");
     let n_runs: usize = std::env::var("CCCTL_SHARED_RUNS")
         .ok()

@@ -327,3 +327,24 @@ pub fn unprivileged_commands_say_what_is_missing_once() {
     }
     assert_eq!(snapshot(), before, "nothing changed");
 }
+
+/// Pins an older ccctl made under the former user name `bbr` are moved to
+/// `bpf-bbr` by the next command, which then sees, and can unload, them.
+pub fn pins_under_the_old_name_move_to_the_new() {
+    let _clean = Clean::new();
+    ccctl(&["load", "bpf-bbr"]).ok();
+    let (old, new) = (pin_root().join("bbr"), pin_root().join("bpf-bbr"));
+    fs::rename(&new, &old).expect("making the old layout");
+    let out = ccctl(&["status"]).ok();
+    assert!(
+        out.stderr
+            .contains("repaired: moved the pins of bpf_bbr from")
+            && out.stdout.contains("bpf-bbr"),
+        "{}\n{}",
+        out.stderr,
+        out.stdout
+    );
+    assert!(new.is_dir() && !old.exists());
+    ccctl(&["unload", "bpf-bbr"]).ok();
+    assert!(!registered("bpf_bbr") && !new.exists());
+}

@@ -44,6 +44,11 @@ fn bbr_phase_analysis_rejects_wrong_bbrs() {
 }
 
 #[test]
+fn pins_under_the_old_name_move_to_the_new() {
+    lifecycle::pins_under_the_old_name_move_to_the_new();
+}
+
+#[test]
 fn unprivileged_commands_say_what_is_missing_once() {
     lifecycle::unprivileged_commands_say_what_is_missing_once();
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::{
     abi,
-    error::{Error, Result},
+    error::{io, Error, Result},
     kernel::{self, Kernel},
     params,
     pins::{
@@ -15,6 +15,10 @@ use crate::{
     register::{self, unregister, wait_unregistered, LoadPlan},
     registry::{Algorithm, ALGORITHMS},
 };
+
+/// Pin directories older ccctl versions named by a former user name:
+/// `bbr` was ours before it meant the kernel's BBR everywhere.
+static RENAMED: &[(&str, &Algorithm)] = &[("bbr", &ALGORITHMS[0])];
 
 #[derive(Debug, Default, Clone)]
 pub struct LoadOptions {
@@ -215,6 +219,28 @@ pub fn repair() -> Result<Vec<Repair>> {
     check_pin_tree()?;
     let _lock = loader_lock()?;
     let mut fixed = Vec::new();
+    // Pins an older ccctl made under an algorithm's former user name move
+    // to its name now, so that it stays visible, tunable and unloadable.
+    for &(old, algo) in RENAMED {
+        let (from, to) = (root.join(old), pin_dir(algo));
+        if from.is_dir() && !to.exists() {
+            std::fs::rename(&from, &to).map_err(io(format!(
+                "moving {} to {}",
+                from.display(),
+                to.display()
+            )))?;
+            fixed.push(Repair {
+                algo: algo.name,
+                what: format!(
+                    "moved the pins of {} from {} to {} (its user name is now {}; `{old}` is the kernel's)",
+                    algo.kernel_name,
+                    from.display(),
+                    to.display(),
+                    algo.name
+                ),
+            });
+        }
+    }
     for algo in ALGORITHMS {
         let dir = pin_dir(algo);
         if !dir.exists() {
@@ -258,4 +284,17 @@ fn preflight() -> Result<Kernel> {
     kernel::ensure_bpffs(&kernel::bpffs_root())?;
     check_pin_tree()?;
     Ok(kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RENAMED;
+
+    #[test]
+    fn the_old_name_bbr_moves_to_bpf_bbr() {
+        assert_eq!(RENAMED.len(), 1);
+        assert_eq!(RENAMED[0].0, "bbr");
+        assert_eq!(RENAMED[0].1.kernel_name, "bpf_bbr");
+        assert_eq!(RENAMED[0].1.name, "bpf-bbr");
+    }
 }

@@ -125,8 +125,8 @@ mod tests {
         abi::ccctl_event {
             ts_ns: 123_456_789_000,
             flow_id: 7,
-            saddr: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1],
-            daddr: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 1, 2],
+            saddr: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 1],
+            daddr: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 1, 2],
             sport: 40_000,
             dport: 5201,
             family: libc::AF_INET as u16,
@@ -176,8 +176,8 @@ mod tests {
         assert_eq!(&bytes[0..8], &123_456_789_000u64.to_ne_bytes());
         // IPv4 as ::ffff:a.b.c.d (RFC 4291 2.5.5.2), remote after the local.
         assert_eq!(&bytes[16..28], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
-        assert_eq!(&bytes[28..32], &[10, 0, 0, 1]);
-        assert_eq!(&bytes[44..48], &[10, 0, 1, 2]);
+        assert_eq!(&bytes[28..32], &[198, 18, 0, 1]);
+        assert_eq!(&bytes[44..48], &[198, 18, 1, 2]);
         assert_eq!(&bytes[48..50], &40_000u16.to_ne_bytes());
         assert_eq!(bytes[54], abi::CCCTL_ALGO_BBR as u8);
         assert_eq!(&bytes[128..136], &1_200_000u64.to_ne_bytes());
@@ -199,8 +199,8 @@ mod tests {
         let d = decode(&buf[1..]).expect("decodes");
         assert_eq!(d.ts_ns, 123_456_789_000);
         assert_eq!(d.flow_id, 7);
-        assert_eq!(addr(d.saddr), "10.0.0.1".parse::<IpAddr>().unwrap());
-        assert_eq!(addr_string(d.daddr), "10.0.1.2");
+        assert_eq!(addr(d.saddr), "198.18.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(addr_string(d.daddr), "198.18.1.2");
         assert_eq!((d.sport, d.dport), (40_000, 5201));
         assert_eq!(crate::registry::kernel_name_of(d.algo), "bpf_bbr");
         assert_eq!(ca_state_name(d.ca_state), "recovery");

@@ -52,8 +52,6 @@ impl FollowTable {
     /// The table for the `elapsed` since the previous one; starts a new window.
     pub fn render(&mut self, elapsed: Duration, dropped: u64) -> String {
         let secs = elapsed.as_secs_f64().max(1e-3);
-        let mbit = |bytes_per_s: u64| bytes_per_s as f64 * 8.0 / 1e6;
-        let ms = |us: u32| us as f64 / 1e3;
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -62,63 +60,33 @@ impl FollowTable {
             self.in_window as f64 / secs,
             self.total,
         );
-        let _ = writeln!(
-            out,
-            "{:>6} {:<21} {:<21} {:<11} {:<15} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "FLOW",
-            "LOCAL",
-            "REMOTE",
-            "ALGO",
-            "MODE",
-            "CWND",
-            "PACING",
-            "DELIVERY",
-            "BTL_BW",
-            "SRTT",
-            "MIN_RTT",
-            "INFLIGHT",
-            "RETRANS",
-            "EVENTS/S"
-        );
-        let _ = writeln!(
-            out,
-            "{:>6} {:<21} {:<21} {:<11} {:<15} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "", "", "", "", "", "pkts", "Mbit/s", "Mbit/s", "Mbit/s", "ms", "ms", "pkts", "segs", ""
-        );
+        let widths: Vec<usize> = SHOWN.iter().map(|n| header(n).len().max(9)).collect();
+        let mut head = format!("{:>6} {:<21} {:<21}", "FLOW", "LOCAL", "REMOTE");
+        let mut units = format!("{:>6} {:<21} {:<21}", "", "", "");
+        for (n, w) in SHOWN.iter().zip(&widths) {
+            let _ = write!(head, " {:>w$}", header(n));
+            let _ = write!(units, " {:>w$}", unit(n));
+        }
+        let _ = writeln!(head, " {:>9} {:>8}", "DELIVERY", "EVENTS/S");
+        let _ = writeln!(units, " {:>9} {:>8}", "Mbit/s", "");
+        out.push_str(&head);
+        out.push_str(&units);
         for (id, row) in &self.flows {
             let e = &row.last;
-            let local = endpoint(e.saddr, e.sport);
-            let remote = endpoint(e.daddr, e.dport);
-            let (mode, btl_bw) = if registry::fills(e.algo, EventGroup::Bbr) {
-                let mut mode = event::bbr_mode_name(e.bbr_mode).to_string();
-                if e.modest_phase != 0 {
-                    mode = format!("{mode}/{}", event::modest_phase_name(e.modest_phase));
-                }
-                (mode, format!("{:.2}", mbit(e.btl_bw)))
-            } else {
-                ("-".to_string(), "-".to_string())
-            };
-            let pacing = if e.pacing_rate == u64::MAX {
-                "unlim".to_string()
-            } else {
-                format!("{:.2}", mbit(e.pacing_rate))
-            };
+            let _ = write!(
+                out,
+                "{:>6} {:<21} {:<21}",
+                id,
+                endpoint(e.saddr, e.sport),
+                endpoint(e.daddr, e.dport)
+            );
+            for (n, w) in SHOWN.iter().zip(&widths) {
+                let _ = write!(out, " {:>w$}", cell(n, e).unwrap_or_default());
+            }
             let _ = writeln!(
                 out,
-                "{:>6} {:<21} {:<21} {:<11} {:<15} {:>7} {:>9} {:>9.2} {:>9} {:>8.2} {:>8.2} {:>8} {:>8} {:>8.0}",
-                id,
-                local,
-                remote,
-                registry::kernel_name_of(e.algo),
-                mode,
-                e.cwnd,
-                pacing,
-                mbit(row.delivery_rate),
-                btl_bw,
-                ms(e.srtt_us),
-                ms(e.min_rtt_us),
-                e.in_flight,
-                e.total_retrans,
+                " {:>9.2} {:>8.0}",
+                event::bits_per_s(row.delivery_rate) as f64 / 1e6,
                 row.in_window as f64 / secs,
             );
         }
@@ -134,6 +102,121 @@ impl FollowTable {
         out
     }
 }
+
+/// The event columns the table shows for each flow, in order, between its
+/// endpoints and the last non-zero delivery rate: values from the one event
+/// schema ([`crate::trace::schema`]), rates in Mbit/s and times in ms.
+/// Showing another column is one name here.
+pub const SHOWN: &[&str] = &[
+    "algo",
+    "bbr_mode",
+    "modest_phase",
+    "cwnd",
+    "pacing_rate_bps",
+    "btl_bw_bps",
+    "srtt_us",
+    "min_rtt_us",
+    "in_flight",
+    "total_retrans",
+];
+
+/// `pacing_rate_bps` -> `PACING_RATE`.
+fn header(name: &str) -> String {
+    name.trim_end_matches("_bps")
+        .trim_end_matches("_us")
+        .to_ascii_uppercase()
+}
+
+fn unit(name: &str) -> &'static str {
+    if name.ends_with("_bps") {
+        "Mbit/s"
+    } else if name.ends_with("_us") {
+        "ms"
+    } else {
+        ""
+    }
+}
+
+/// One value as the table shows it.
+macro_rules! follow_value {
+    ($name:ident, Addr, $v:expr) => {
+        event::addr_string($v)
+    };
+    ($name:ident, Enum($f:path), $v:expr) => {
+        $f($v).to_string()
+    };
+    ($name:ident, $kind:ident, $v:expr) => {
+        scaled(stringify!($name), $v)
+    };
+}
+
+macro_rules! follow_fills {
+    ($e:ident, All) => {
+        true
+    };
+    ($e:ident, $g:ident) => {
+        registry::fills($e.algo, EventGroup::$g)
+    };
+}
+
+/// A number in the table's unit for its column (`-` for rows of another
+/// algorithm, `unlim` for an unlimited pacing rate).
+fn scaled<T: Into<Scaled>>(name: &str, v: T) -> String {
+    match v.into() {
+        Scaled::Int(u64::MAX) if name.ends_with("_bps") => "unlim".into(),
+        Scaled::Int(x) if name.ends_with("_bps") => format!("{:.2}", x as f64 / 1e6),
+        Scaled::Int(x) if name.ends_with("_us") => format!("{:.2}", x as f64 / 1e3),
+        Scaled::Int(x) => x.to_string(),
+        Scaled::Float(x) => format!("{x:.2}"),
+        Scaled::Bool(b) => b.to_string(),
+    }
+}
+
+enum Scaled {
+    Int(u64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl From<u64> for Scaled {
+    fn from(v: u64) -> Scaled {
+        Scaled::Int(v)
+    }
+}
+impl From<u32> for Scaled {
+    fn from(v: u32) -> Scaled {
+        Scaled::Int(v.into())
+    }
+}
+impl From<f64> for Scaled {
+    fn from(v: f64) -> Scaled {
+        Scaled::Float(v)
+    }
+}
+impl From<bool> for Scaled {
+    fn from(v: bool) -> Scaled {
+        Scaled::Bool(v)
+    }
+}
+
+macro_rules! define_cell {
+    ($( $name:ident : $kind:ident $(($f:path))?, $group:ident, |$e:ident| $val:expr, $ty:literal, $doc:literal; )*) => {
+        /// A column's value in `e` as the table shows it; `None` for a name
+        /// the schema does not have.
+        fn cell(name: &str, e: &ccctl_event) -> Option<String> {
+            match name {
+                $( stringify!($name) => Some(if follow_fills!(e, $group) {
+                    let $e = e;
+                    follow_value!($name, $kind $(($f))?, $val)
+                } else {
+                    "-".to_string()
+                }), )*
+                _ => None,
+            }
+        }
+    };
+}
+crate::with_event_columns!(define_cell);
 
 /// `198.18.0.1:5201` or `[fd00:ccc::1]:5201`, as `ss` writes them.
 fn endpoint(addr: [u8; 16], port: u16) -> String {
@@ -170,6 +253,14 @@ mod tests {
             "{line}"
         );
         assert!(line.contains(registry::kernel_name_of(last.algo)), "{line}");
+        // Every shown column is one of the schema's.
+        for n in SHOWN {
+            assert!(cell(n, &last).is_some(), "{n} is not an event column");
+        }
+        assert!(
+            lines[1].contains("PACING_RATE") && lines[2].contains("Mbit/s"),
+            "{text}"
+        );
         assert_eq!(t.total(), 64);
         // Idle flows age out.
         for _ in 0..IDLE_REFRESHES {

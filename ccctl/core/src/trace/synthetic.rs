@@ -72,8 +72,8 @@ pub fn synthetic_event(i: u64) -> abi::ccctl_event {
 }
 
 /// Flow `flow`'s address (16 bytes as in an event): IPv6 `fd00:ccc:0:NET::FLOW:HOST`
-/// for every fourth flow (`flow % 4 == 3`), else IPv4 `10.NET.FLOW.HOST`
-/// (IPv4-mapped).
+/// for every fourth flow (`flow % 4 == 3`), else IPv4 `198.(18+NET).FLOW.HOST`
+/// (IPv4-mapped; NET 0 or 1, inside 198.18.0.0/15).
 pub fn synthetic_addr(flow: u64, net: u8, host: u8) -> [u8; 16] {
     if flow % 4 == 3 {
         let mut a = [0u8; 16];
@@ -86,7 +86,7 @@ pub fn synthetic_addr(flow: u64, net: u8, host: u8) -> [u8; 16] {
         let mut a = [0u8; 16];
         a[10] = 0xff;
         a[11] = 0xff;
-        a[12..].copy_from_slice(&[10, net, flow as u8, host]);
+        a[12..].copy_from_slice(&[198, 18 + net, flow as u8, host]);
         a
     }
 }

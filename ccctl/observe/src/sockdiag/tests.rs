@@ -209,8 +209,8 @@ fn diag_msg(family: u8, state: u8, attrs: &[Vec<u8>]) -> Vec<u8> {
     p[1] = state;
     p[4..6].copy_from_slice(&40000u16.to_be_bytes());
     p[6..8].copy_from_slice(&5201u16.to_be_bytes());
-    p[8..12].copy_from_slice(&[10, 0, 0, 1]);
-    p[24..28].copy_from_slice(&[10, 0, 0, 2]);
+    p[8..12].copy_from_slice(&[198, 18, 0, 1]);
+    p[24..28].copy_from_slice(&[198, 18, 0, 2]);
     put32(&mut p, 44, 0xdead_beef);
     put32(&mut p, 48, 0x12);
     put32(&mut p, 68, 987_654); // inode
@@ -248,8 +248,8 @@ fn parses_reply_datagram() {
     assert!(dump.err.is_none(), "{:?}", dump.err);
     assert_eq!(out.len(), 2);
     let s = &out[0];
-    assert_eq!(s.local, "10.0.0.1:40000".parse().expect("addr"));
-    assert_eq!(s.remote, "10.0.0.2:5201".parse().expect("addr"));
+    assert_eq!(s.local, "198.18.0.1:40000".parse().expect("addr"));
+    assert_eq!(s.remote, "198.18.0.2:5201".parse().expect("addr"));
     assert_eq!(s.state, 1);
     assert_eq!(s.cookie, 0x12_dead_beef);
     assert_eq!(s.cc.as_deref(), Some("bbr"));

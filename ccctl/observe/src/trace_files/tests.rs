@@ -10,13 +10,13 @@ use super::*;
 
 /// synthetic_event(i)'s local address as the files must show it,
 /// written out independently of the code under test: every fourth flow
-/// IPv6 `fd00:ccc::F:1`, the others IPv4 `10.0.F.1` (F the flow, hex in IPv6).
+/// IPv6 `fd00:ccc::F:1`, the others IPv4 `198.18.F.1` (F the flow, hex in IPv6).
 fn synthetic_saddr_text(i: u64) -> String {
     let flow = i % 16;
     if flow % 4 == 3 {
         format!("fd00:ccc::{flow:x}:1")
     } else {
-        format!("10.0.{flow}.1")
+        format!("198.18.{flow}.1")
     }
 }
 

@@ -525,17 +525,16 @@ mod tests {
             let mut out = Vec::new();
             super::completions(shell, &mut out);
             let text = String::from_utf8(out).expect("utf-8");
-            for cmd in [
-                "load",
-                "unload",
-                "tune",
-                "trace",
-                "lab",
-                "daemon",
-                "completions",
-            ] {
+            for cmd in ["load", "unload", "tune", "trace", "daemon", "completions"] {
                 assert!(text.contains(cmd), "{shell:?} completion lacks {cmd}");
             }
+            // `lab` only in a build with the lab.
+            assert_eq!(
+                text.split(|c: char| !c.is_ascii_alphanumeric())
+                    .any(|w| w == "lab"),
+                cfg!(feature = "lab"),
+                "{shell:?} completion and the lab feature disagree"
+            );
         }
         let mut out = Vec::new();
         super::man_page(&mut out).expect("render");

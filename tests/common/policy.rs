@@ -227,7 +227,7 @@ pub fn rules_by_port_and_prefix_take_exactly_theirs() {
 [[rule]]
 name = "by-port"
 match = {{ remote_port = {p1} }}
-algorithm = "bbr"
+algorithm = "bpf-bbr"
 
 [[rule]]
 name = "by-prefix"
@@ -521,10 +521,10 @@ pub fn bad_policies_change_nothing() {
     let dir = tempdir("policy-bad");
     let before = super::snapshot();
     for (text, needle) in [
-        ("[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nshare = 2", "rule[0].share: 2 is outside (0, 1]"),
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"bpf-bbr\"\nshare = 2", "rule[0].share: 2 is outside (0, 1]"),
         ("[[rule]]\nname = \"a\"\nalgorithm = \"nosuch\"", "rule[0].algorithm: unknown algorithm `nosuch`"),
-        ("[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nmatch = { cgroup = \"/ccctl-no-such-cgroup\" }", "rule[0].match.cgroup"),
-        ("[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nmatch = { remote = \"198.18.0.0/99\" }", "rule[0].match.remote"),
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"bpf-bbr\"\nmatch = { cgroup = \"/ccctl-no-such-cgroup\" }", "rule[0].match.cgroup"),
+        ("[[rule]]\nname = \"a\"\nalgorithm = \"bpf-bbr\"\nmatch = { remote = \"198.18.0.0/99\" }", "rule[0].match.remote"),
         ("[[rule]]\nname = \"a\"\nalgorithm = \"modest-bbr\"\nparams = { w_min = 2 }", "rule[0].params"),
     ] {
         let f = write_policy(&dir, text);
@@ -758,10 +758,10 @@ fn libbpf_rs_map_exists(id: u32) -> bool {
 /// the reason, and the loaded algorithm is left as it was.
 pub fn replace_is_refused_without_struct_ops_links() {
     let _c = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let before = super::snapshot();
-    ccctl(&["load", "bbr", "--replace"]).failed_with(&[
-        "cannot replace bbr in place",
+    ccctl(&["load", "bpf-bbr", "--replace"]).failed_with(&[
+        "cannot replace bpf-bbr in place",
         "needs a struct_ops link (Linux 6.4+)",
         "Nothing changed",
     ]);

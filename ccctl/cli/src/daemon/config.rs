@@ -390,7 +390,7 @@ mod tests {
             ),
             ("[trace]\nout_dir = \"/tmp/x\"\nremote = 5", "remote"),
             (
-                "[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nshare = 0",
+                "[[rule]]\nname = \"a\"\nalgorithm = \"bpf-bbr\"\nshare = 0",
                 "rule[0].share: 0 is outside (0, 1]",
             ),
             (
@@ -398,7 +398,7 @@ mod tests {
                 "rule[0].algorithm: unknown algorithm",
             ),
             (
-                "[[rule]]\nname = \"a\"\nalgorithm = \"bbr\"\nmatch = { remote_port = 0 }",
+                "[[rule]]\nname = \"a\"\nalgorithm = \"bpf-bbr\"\nmatch = { remote_port = 0 }",
                 "rule[0].match.remote_port",
             ),
         ];

@@ -428,6 +428,14 @@ fn algo_ref(
             param_values: BTreeMap::new(),
         });
     }
+    // `bbr` is the kernel's BBR: when this kernel lacks it, say which of
+    // ours the name is easily mistaken for.
+    if let Err(e @ crate::error::Error::KernelAlgorithm { .. }) = algos::find(name) {
+        return Err(refuse(
+            field,
+            format!("{e}; this kernel has: {}", kernel.join(", ")),
+        ));
+    }
     Err(refuse(
         field,
         format!(

@@ -348,7 +348,7 @@ fn run(tb: &Testbed, cc: &str, secs: u64, dir: &std::path::Path, n: usize) -> Ve
     )
     .expect("starting the socket sampler");
     let trace = (cc == "bpf_bbr")
-        .then(|| FlowTrace::start(tb, "bbr", &dir.join(format!("run-{n}.parquet"))));
+        .then(|| FlowTrace::start(tb, "bpf-bbr", &dir.join(format!("run-{n}.parquet"))));
     let mut spec = FlowSpec::new(0, cc, Duration::from_secs(secs));
     if let Some(t) = &trace {
         spec = spec.port(t.port);
@@ -682,7 +682,7 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
     figure: &str,
 ) {
     let _clean = Clean::new();
-    ccctl(&["load", "bbr"]).ok();
+    ccctl(&["load", "bpf-bbr"]).ok();
     let what = format!(
         "{} Mbit/s, {} ms, {} B buffer, {} path, {secs} s runs {order:?}, inet_diag every {SAMPLE_MS} ms",
         cfg.rate_bps / 1_000_000,

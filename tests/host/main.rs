@@ -36,6 +36,11 @@ fn errors_are_clear_and_change_nothing() {
     lifecycle::errors_are_clear_and_change_nothing();
 }
 
+#[test]
+fn load_from_an_object_file() {
+    lifecycle::load_from_an_object_file();
+}
+
 mod flows {
     use ccctl_lab::testbed::{buffer_bdp, buffer_packets, TestbedConfig};
 

@@ -144,6 +144,21 @@ mod flows {
         );
     }
 
+    /// bpf_bbr's modes and gains against BBR v1's (see the function): 20
+    /// Mbit/s, 40 ms, 1 BDP on the userspace path, one 13 s flow (PROBE_RTT
+    /// comes once min_rtt is 10 s old).
+    #[test]
+    fn bpf_bbr_phases_follow_bbr_v1_at_40ms() {
+        let rtt = std::time::Duration::from_millis(40);
+        let rate = 20_000_000;
+        crate::common::bbr_phases::bpf_bbr_phases_follow_bbr_v1(
+            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                .with_rtts(&[rtt])
+                .userspace(),
+            13,
+        );
+    }
+
     /// Ungated, with a base RTT (10 Mbit/s, 40 ms, 1 BDP, userspace path):
     /// Pseudocode 2 holds and the mean Θ after a 5 s warm-up is at least
     /// 0.9 (`--stall-filter 1` as in the VM, where it left out the

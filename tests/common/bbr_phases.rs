@@ -40,6 +40,9 @@ pub struct Phases {
     pub cycle_min_rtts: Vec<f64>,
     /// (ms at 4 packets or less, events) of each complete PROBE_RTT.
     pub probe_rtts: Vec<(f64, usize)>,
+    /// PROBE_RTTs (complete or not) during which the socket was in loss
+    /// recovery or marked a packet lost.
+    pub probe_rtts_under_loss: usize,
     pub goodput_bps: f64,
 }
 
@@ -52,7 +55,11 @@ pub struct Phases {
 /// - PROBE_RTT comes (the flow outlives min_rtt's 10 s window) and holds
 ///   the socket's cwnd at 4 packets or less on every ACK, for at least
 ///   200 ms.
-pub fn bpf_bbr_phases_follow_bbr_v1(cfg: TestbedConfig, secs: u64) -> Phases {
+///
+/// `under_loss`: `cfg`'s loss list keeps dropping packets through the
+/// flow, and at least one PROBE_RTT must then run in loss recovery (or see
+/// a packet marked lost), holding its 4 packets all the same.
+pub fn bpf_bbr_phases_follow_bbr_v1(cfg: TestbedConfig, secs: u64, under_loss: bool) -> Phases {
     let _clean = Clean::new();
     ccctl(&["load", "bbr"]).ok();
     let dir = tempdir("bbr-phases");
@@ -74,6 +81,7 @@ pub fn bpf_bbr_phases_follow_bbr_v1(cfg: TestbedConfig, secs: u64) -> Phases {
         u64s(&df, "cwnd"),
         u64s(&df, "min_rtt_us"),
     );
+    let (ca_state, lost) = (u64s(&df, "ca_state"), u64s(&df, "lost"));
     let mode = strs(&df, "bbr_mode");
     let pg: Vec<f64> = f64s(&df, "pacing_gain")
         .into_iter()
@@ -168,6 +176,12 @@ pub fn bpf_bbr_phases_follow_bbr_v1(cfg: TestbedConfig, secs: u64) -> Phases {
             }
             "probe_rtt" => {
                 last_probe_start = None;
+                // TCP_CA_Recovery is 3, TCP_CA_Loss 4.
+                if (a..=b).any(|k| ca_state[idx[k]] >= 3)
+                    || lost[last] > lost[idx[a.saturating_sub(1)]]
+                {
+                    s.probe_rtts_under_loss += 1;
+                }
                 let over = (a..=b).find(|&k| cwnd[idx[k]] > 4);
                 assert!(
                     over.is_none(),
@@ -199,5 +213,11 @@ pub fn bpf_bbr_phases_follow_bbr_v1(cfg: TestbedConfig, secs: u64) -> Phases {
         !s.probe_rtts.is_empty(),
         "no complete PROBE_RTT in a {secs} s flow (min_rtt's window is 10 s): {s:?}"
     );
+    if under_loss {
+        assert!(
+            s.probe_rtts_under_loss > 0,
+            "the loss list did not put a loss into PROBE_RTT: {s:?}"
+        );
+    }
     s
 }

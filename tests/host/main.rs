@@ -156,6 +156,26 @@ mod flows {
                 .with_rtts(&[rtt])
                 .userspace(),
             13,
+            false,
+        );
+    }
+
+    /// The same under loss: every 10th data packet from packet 2000 (some
+    /// 1.2 s in, after STARTUP) on is dropped, so the flow recovers from
+    /// losses all along; PROBE_RTT must come, hold 4 packets for 200 ms
+    /// while recovering, and at least one must see a loss.
+    #[test]
+    fn bpf_bbr_probe_rtt_holds_under_loss_at_40ms() {
+        let rtt = std::time::Duration::from_millis(40);
+        let rate = 20_000_000;
+        let list: Vec<u64> = (200..5000).map(|k| 10 * k).collect();
+        crate::common::bbr_phases::bpf_bbr_phases_follow_bbr_v1(
+            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                .with_rtts(&[rtt])
+                .userspace()
+                .with_loss_list(0, &list),
+            20,
+            true,
         );
     }
 

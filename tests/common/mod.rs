@@ -16,6 +16,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod modest;
 pub mod modest_wmax;
+pub mod outcomes;
 pub mod patched;
 pub mod path;
 pub mod policy;

@@ -417,6 +417,14 @@ mod modest {
         );
     }
 
+    /// The paper's claim on a shallow buffer: Cubic gets at least 2x the
+    /// room beside Modest BBR than beside bpf_bbr, and Modest retransmits
+    /// at most 0.3x as much (see the function for the measured values).
+    #[test]
+    fn modest_leaves_cubic_more_room_than_bpf_bbr_at_40ms() {
+        crate::common::outcomes::modest_leaves_cubic_more_room_than_bpf_bbr(20);
+    }
+
     /// Sec. III-B's Proportion <= W_max, from the trace: W_max 0.8 (W_min
     /// 0.5) on 10 Mbit/s, 40 ms, a 0.25 BDP buffer beside Cubic, 15 s.
     #[test]

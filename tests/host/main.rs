@@ -1018,6 +1018,22 @@ mod patched_host {
         }
     }
 
+    /// Pseudocode 2 read back from the trace behind the Heavy gate (On 10
+    /// / Off 70 ms, Θ 0.125; 20 Mbit/s, 40 ms, 1 BDP, 20 s): every rule
+    /// recomputed (eq. 11's Θ from On/Off, eq. 37's boost, eq. 38/39's
+    /// alpha), and the gate forces the heavy level and the probe's boost in
+    /// every run (the 0-RTT `patched_bbr_follows_pseudocode2` reaches the
+    /// heavy level only by chance: a run on 2026-11-25 had none).
+    #[test]
+    fn patched_bbr_follows_pseudocode2_behind_a_heavy_gate() {
+        let _clean = Clean::new();
+        let sum = patched::theta_behind_gate(Some((10, 70)));
+        assert!(
+            sum.levels[0] > 0 && sum.boosted > 0,
+            "the Heavy gate gave no heavy-level event or no boosted probe: {sum:?}"
+        );
+    }
+
     /// Ungated (no stall filter), Θ stays at or above 0.95.
     #[test]
     fn patched_theta_ungated_is_near_one() {

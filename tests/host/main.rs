@@ -152,7 +152,7 @@ mod flows {
     fn bpf_bbr_phases_follow_bbr_v1_at_40ms() {
         let rtt = std::time::Duration::from_millis(40);
         let rate = 20_000_000;
-        crate::common::bbr_phases::bpf_bbr_phases_follow_bbr_v1(
+        crate::common::bbr_v1_gains::bpf_bbr_phases_follow_bbr_v1(
             TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
                 .with_rtts(&[rtt])
                 .userspace(),
@@ -170,7 +170,7 @@ mod flows {
         let rtt = std::time::Duration::from_millis(40);
         let rate = 20_000_000;
         let list: Vec<u64> = (200..5000).map(|k| 10 * k).collect();
-        crate::common::bbr_phases::bpf_bbr_phases_follow_bbr_v1(
+        crate::common::bbr_v1_gains::bpf_bbr_phases_follow_bbr_v1(
             TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
                 .with_rtts(&[rtt])
                 .userspace()

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod atomic;
+pub mod bbr_phases;
 pub mod bbr_v1_gains;
 #[path = "../../xtask/src/bpf_object.rs"]
 pub mod bpf_object;

@@ -41,6 +41,13 @@ fn load_from_an_object_file() {
     lifecycle::load_from_an_object_file();
 }
 
+/// The phase table's reading on drawn flows (no network): see
+/// `bbr_phases::analysis_reads_the_spec_and_rejects_wrong_bbrs`.
+#[test]
+fn bbr_phase_analysis_rejects_wrong_bbrs() {
+    common::bbr_phases::analysis_reads_the_spec_and_rejects_wrong_bbrs();
+}
+
 mod flows {
     use ccctl_lab::testbed::{buffer_bdp, buffer_packets, TestbedConfig};
 
@@ -177,6 +184,25 @@ mod flows {
                 .with_loss_list(0, &list),
             20,
             true,
+        );
+    }
+
+    /// bpf_bbr against the kernel's bbr phase by phase (issue 27 item 2):
+    /// 20 Mbit/s, 40 ms, 2 BDP on the userspace path emulator, 23 s runs
+    /// (two PROBE_RTTs each) in ABAB order; the kernel's state from
+    /// inet_diag (INET_DIAG_BBRINFO) every 4 ms, bpf_bbr's from its trace.
+    /// The table is in target/ccctl-figures/host-bbr-phases.txt.
+    #[test]
+    fn bpf_bbr_phases_match_kernel_bbr() {
+        let rtt = std::time::Duration::from_millis(40);
+        let rate = 20_000_000;
+        crate::common::bbr_phases::bpf_bbr_phases_match_kernel_bbr(
+            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 2.0, 1500))
+                .with_rtts(&[rtt])
+                .userspace(),
+            23,
+            &["bbr", "bpf_bbr", "bbr", "bpf_bbr"],
+            "host-bbr-phases.txt",
         );
     }
 

@@ -406,6 +406,7 @@ mod tests {
                 min_rtt_us: Some(30_000),
                 ..Default::default()
             },
+            bbr: None,
         }
     }
 

@@ -210,9 +210,11 @@ pub fn run_job(
                             continue;
                         }
                         if let Some(info) = s.info {
-                            raw.entry((flow, s.local.port()))
-                                .or_default()
-                                .push(Sample { t, info });
+                            raw.entry((flow, s.local.port())).or_default().push(Sample {
+                                t,
+                                info,
+                                bbr: s.bbr,
+                            });
                         }
                     }
                 }

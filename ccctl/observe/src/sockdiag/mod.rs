@@ -12,7 +12,7 @@
 //! sockets that may still send data — `ESTABLISHED`, `FIN_WAIT1`,
 //! `FIN_WAIT2`, `CLOSE_WAIT`, `LAST_ACK`, `CLOSING` — asking for the
 //! `INET_DIAG_INFO` (`struct tcp_info`) and `INET_DIAG_CONG` (congestion
-//! control name) attributes. It reads the multipart reply until
+//! control name) attributes, and the kernel's BBR state ([`BbrInfo`]). It reads the multipart reply until
 //! `NLMSG_DONE` and returns one [`TcpSocket`] per kernel socket. One dump
 //! costs a handful of syscalls, so the two are cheap enough to run every 100 ms.
 //! [`DiagSocket::listening_ports`] dumps the `LISTEN` sockets instead, and
@@ -104,6 +104,7 @@
 //! next dump starts clean. Replies carrying another sequence number (left
 //! over from an aborted dump) are ignored.
 
+mod bbr_info;
 mod sampler;
 mod socket;
 mod tcp_info;
@@ -111,6 +112,7 @@ mod tcp_info;
 mod tests;
 mod wire;
 
+pub use bbr_info::{parse_bbr_info, BbrInfo, INET_DIAG_BBRINFO};
 pub use sampler::{Sample, Sampler, SamplerConfig, Samples, SocketTrack};
 pub use socket::DiagSocket;
 pub use tcp_info::{parse_tcp_info, TcpInfo, TCP_INFO_MIN_LEN};
@@ -245,4 +247,7 @@ pub struct TcpSocket {
     /// The socket's cgroup v2 id from `INET_DIAG_CGROUP_ID` (Linux 5.7+;
     /// sent unasked), for the rollout policy's cgroup rules.
     pub cgroup_id: Option<u64>,
+    /// The kernel's BBR state (`INET_DIAG_BBRINFO`), on sockets running
+    /// its `bbr` only: see [`BbrInfo`].
+    pub bbr: Option<BbrInfo>,
 }

@@ -16,6 +16,9 @@ pub struct Sample {
     /// Seconds since sampling started.
     pub t: f64,
     pub info: TcpInfo,
+    /// The kernel's BBR state read beside `info` (`None` for other algorithms).
+    #[serde(default)]
+    pub bbr: Option<super::BbrInfo>,
 }
 
 /// Everything a [`Sampler`] saw of one socket (one inet_diag cookie).
@@ -78,7 +81,11 @@ impl Samples {
             }
         }
         if let Some(info) = sock.info {
-            track.samples.push(Sample { t, info });
+            track.samples.push(Sample {
+                t,
+                info,
+                bbr: sock.bbr,
+            });
         }
     }
 }

@@ -175,7 +175,7 @@ fn request_layout() {
     assert_eq!(u16_ne(&r, 4), Some(20));
     assert_eq!(u16_ne(&r, 6), Some(0x301));
     assert_eq!(u32_ne(&r, 8), Some(7));
-    assert_eq!(&r[16..19], &[2, 6, 0b1010]);
+    assert_eq!(&r[16..19], &[2, 6, 0b1110]); // INFO | VEGASINFO | CONG
     assert_eq!(u32_ne(&r, 20), Some(0b1011_0011_0010));
     assert!(r[24..].iter().all(|&b| b == 0));
 }
@@ -257,6 +257,49 @@ fn parses_reply_datagram() {
     assert_eq!(
         (out[1].state, out[1].cc.as_ref(), out[1].info.as_ref()),
         (8, None, None)
+    );
+}
+
+/// A hand-built INET_DIAG_BBRINFO attribute (what tcp_bbr.c's get_info
+/// writes: bw 2^32 + 6_250_000 bytes/s split in lo/hi, min_rtt, STARTUP's
+/// gains 739/256), after INET_DIAG_INFO; a short one is dropped, and a
+/// socket without one has none.
+#[test]
+fn parses_bbr_info_attribute() {
+    let mut bbr = Vec::new();
+    for v in [6_250_000u32, 1, 40_123, 739, 739] {
+        bbr.extend_from_slice(&v.to_ne_bytes());
+    }
+    let msg = diag_msg(
+        libc::AF_INET as u8,
+        tcp_state::ESTABLISHED,
+        &[
+            rta(INET_DIAG_INFO, &sample_tcp_info()),
+            rta(INET_DIAG_BBRINFO, &bbr),
+        ],
+    );
+    let s = parse_inet_diag_msg(&msg).expect("ok").expect("some");
+    let b = s.bbr.expect("bbr info");
+    assert_eq!(b.bw_bytes_per_s, (1u64 << 32) + 6_250_000);
+    assert_eq!(
+        (b.min_rtt_us, b.pacing_gain, b.cwnd_gain),
+        (40_123, 739, 739)
+    );
+    assert!((b.pacing_gain_f64() - 2.886_718_75).abs() < 1e-9);
+    assert!(s.info.is_some());
+    let short = diag_msg(
+        libc::AF_INET as u8,
+        1,
+        &[rta(INET_DIAG_BBRINFO, &bbr[..16])],
+    );
+    assert_eq!(
+        parse_inet_diag_msg(&short).expect("ok").expect("some").bbr,
+        None
+    );
+    let none = diag_msg(libc::AF_INET as u8, 1, &[]);
+    assert_eq!(
+        parse_inet_diag_msg(&none).expect("ok").expect("some").bbr,
+        None
     );
 }
 
@@ -494,6 +537,7 @@ fn socket(cookie: u64, local_port: u16, cc: Option<&str>, acked: Option<u64>) ->
         state: tcp_state::ESTABLISHED,
         cookie,
         cc: cc.map(str::to_string),
+        bbr: None,
         info: acked.map(|a| TcpInfo {
             bytes_acked: Some(a),
             ..Default::default()

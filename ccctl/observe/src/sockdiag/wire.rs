@@ -37,7 +37,8 @@ pub(super) fn build_request(seq: u32, family: u8, states: u32) -> Vec<u8> {
     let request = InetRequest {
         family,
         protocol: IPPROTO_TCP,
-        extensions: ExtensionFlags::INFO | ExtensionFlags::CONG,
+        // VEGASINFO: the kernel's bbr answers it with INET_DIAG_BBRINFO.
+        extensions: ExtensionFlags::INFO | ExtensionFlags::CONG | ExtensionFlags::VEGASINFO,
         // Retained as given: the crate's flags have no NEW_SYN_RECV bit.
         states: StateFlags::from_bits_retain(states),
         // All zero: no filter (cookie 0 = none).
@@ -93,6 +94,7 @@ pub(super) fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagErr
         cc: None,
         info: None,
         cgroup_id: None,
+        bbr: None,
     };
 
     for attr in NlasIterator::new(&p[INET_DIAG_MSG_LEN..]) {
@@ -108,6 +110,7 @@ pub(super) fn parse_inet_diag_msg(p: &[u8]) -> Result<Option<TcpSocket>, DiagErr
                     );
                 }
             }
+            super::INET_DIAG_BBRINFO => sock.bbr = super::parse_bbr_info(data),
             INET_DIAG_CONG => {
                 // A NUL-terminated name; a non-UTF-8 one is shown lossily
                 // rather than losing the socket.

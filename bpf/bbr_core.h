@@ -103,6 +103,14 @@
 #ifndef __CCCTL_BBR_CORE_H
 #define __CCCTL_BBR_CORE_H
 
+/*
+ * CCCTL_MUTANT_* blocks (here and in the .bpf.c files) are deliberately
+ * wrong implementations, compiled only by the test harness (`cargo xtask
+ * mutants`, with -DCCCTL_MUTANT_<NAME>) to prove that a test fails them;
+ * ccctl's own build defines none.  docs/testing.md lists them and their
+ * killers.
+ */
+
 #include "ccctl_common.h"
 #include "ccctl_trace.h"
 
@@ -128,7 +136,11 @@
 /* Below this pacing rate (bit/s) send single-packet TSO bursts. */
 #define BBR_MIN_TSO_RATE_BPS 1200000
 /* 2/ln(2): the smallest gain that doubles the delivery rate every round. */
+#ifndef CCCTL_MUTANT_STARTUP_GAIN_2
 #define BBR_HIGH_GAIN (BBR_UNIT * 2885 / 1000 + 1)
+#else /* mutant (tests only): a round-number STARTUP gain of 2 */
+#define BBR_HIGH_GAIN (BBR_UNIT * 2)
+#endif
 /* ln(2)/2: the inverse, to drain one STARTUP's queue in about one round. */
 #define BBR_DRAIN_GAIN (BBR_UNIT * 1000 / 2885)
 /* PROBE_BW's drain phase.  Its cwnd gain (2 BDP tolerates delayed and
@@ -588,8 +600,10 @@ static u32 bbr_probe_bw_gain(u32 phase, const struct ccctl_params *p)
 {
 	if (phase == 0)
 		return bbr_param_probe_up_gain(p);
+#ifndef CCCTL_MUTANT_NO_DRAIN_PHASE
 	if (phase == 1)
 		return BBR_PROBE_DOWN_GAIN;
+#endif /* mutant (tests only): the cycle never drains what the probe queued */
 	return BBR_UNIT;
 }
 
@@ -931,8 +945,10 @@ static void bbr_set_cwnd(struct sock *sk, const struct rate_sample *rs,
 	cwnd = bbr_hook_cwnd(sk, rs, cwnd, v);
 done:
 	cwnd = min(cwnd, tp->snd_cwnd_clamp);
+#ifndef CCCTL_MUTANT_PROBE_RTT_KEEPS_CWND
 	if (bbr->mode == BBR_PROBE_RTT)
 		cwnd = min(cwnd, (u32)BBR_CWND_MIN_TARGET);
+#endif /* mutant (tests only): PROBE_RTT that keeps its window */
 	tcp_snd_cwnd_set(tp, cwnd);
 }
 

@@ -283,6 +283,9 @@ static __always_inline u32 dstar_min_rtt(const struct dstar *ds)
 static __always_inline bool dstar_min_rtt_expired(const struct dstar *ds, u64 now,
 						  const struct dstar_params *p)
 {
+#ifdef CCCTL_MUTANT_NO_MIN_RTT_TIMEOUT
+	return false; /* mutant (tests only): min RTT never expires */
+#endif
 	return now - ds->min_rtt_stamp_us > (u64)p->min_rtt_win_ms * USEC_PER_MSEC;
 }
 
@@ -302,11 +305,14 @@ static bool dstar_estimate_bdp(struct sock *sk, struct dstar *ds, u64 now)
 	struct tcp_sock *tp = tcp_sk(sk);
 	u64 interval_us = now - ds->mode_stamp_us;
 	u64 delivered = (u32)(tp->delivered - ds->delivered_start);
-	u64 bdp;
+	u64 bdp, rtt_us = dstar_min_rtt(ds);
 
 	if (!interval_us)
 		return false;
-	bdp = (delivered * dstar_min_rtt(ds) + interval_us / 2) / interval_us;
+#ifdef CCCTL_MUTANT_BDP_FROM_LATEST_RTT
+	rtt_us = ds->rtt_us; /* mutant (tests only): eq. 2 with the latest RTT sample */
+#endif
+	bdp = (delivered * rtt_us + interval_us / 2) / interval_us;
 	ds->last_bdp = ds->bdp;
 	ds->bdp = (u32)min(bdp, (u64)tp->snd_cwnd_clamp);
 	ds->sigma = ds->bdp > ds->last_bdp ? ds->bdp - ds->last_bdp : ds->last_bdp - ds->bdp;
@@ -358,6 +364,9 @@ static __always_inline u32 dstar_ssthresh_of(const struct dstar *ds)
  * window outstanding at the last restart has been acknowledged. */
 static __always_inline bool dstar_signal_counts(struct sock *sk, const struct dstar *ds)
 {
+#ifdef CCCTL_MUTANT_LOSS_IGNORED_IN_SLOW_START
+	return false; /* mutant (tests only): no loss or CE ends slow start */
+#endif
 	return !before(tcp_sk(sk)->snd_una, ds->restart_seq);
 }
 

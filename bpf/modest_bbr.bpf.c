@@ -198,6 +198,12 @@ static __always_inline void modest_start_search(struct sock *sk, struct modest *
 {
 	u32 cwnd = max(modest_bbr_window(sk), (u32)BBR_CWND_MIN_TARGET);
 
+#ifdef CCCTL_MUTANT_PROPORTION_OF_CAP
+	/* mutant (tests only): the discarded first version, a proportion of
+	 * BBR's cwnd cap (cwnd_gain x BDP) instead of the window in force */
+	cwnd = bbr_quantization_budget(sk, bbr_bdp(sk, bbr_bw(bbr_of(sk)), bbr_of(sk)->cwnd_gain));
+#endif
+
 	m->phase = CCCTL_MODEST_BINARY;
 	m->last_cwnd = cwnd;
 	m->min_win = max((cwnd * p->w_min) >> MODEST_W_SCALE, (u32)BBR_CWND_MIN_TARGET);
@@ -212,7 +218,11 @@ static void modest_search_step(struct modest *m, const struct modest_params *p)
 {
 	u32 mid = (m->max_win + m->min_win) / 2;
 
+#ifndef CCCTL_MUTANT_NO_STEP_DOWN
 	if (m->retrans_in_round) {
+#else /* mutant (tests only): every round counts as clean */
+	if (0) {
+#endif
 		m->max_win = mid;
 		m->cwnd = m->max_win;
 	} else {
@@ -271,6 +281,9 @@ static void modest_linear(struct sock *sk, const struct rate_sample *rs, struct 
 	 * of the relief Cubic gets: on modest-vs-cubic, growing whatever the
 	 * queue left Cubic 3.0 Mbit/s beside Modest BBR and 1.6 beside bpf_bbr
 	 * (1.9x); handing back, 1.6 beside Modest BBR and 3.0 beside bpf_bbr. */
+#ifdef CCCTL_MUTANT_NO_GROWTH_AT_TOP
+	return; /* mutant (tests only): the linear phase stops at last_cwnd for good */
+#endif
 	if (bbr->round_start && m->quiet_rounds >= p->quiet_rounds &&
 	    m->cwnd <= tcp_snd_cwnd(tp) && rs->rtt_us > 0 &&
 	    (u64)rs->rtt_us * 8 <= (u64)bbr->min_rtt_us * 9) {

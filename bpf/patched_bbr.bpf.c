@@ -293,7 +293,11 @@ static void patched_estimate_theta(struct patched *p)
 
 	if (!total)
 		return;
+#ifndef CCCTL_MUTANT_THETA_OFF_SHARE
 	p->theta = (u32)(on * THETA_UNIT / total);
+#else /* mutant (tests only): Θ = Off / (On + Off) */
+	p->theta = (u32)(off * THETA_UNIT / total);
+#endif
 	p->theta_on_us = (u32)min(on / NSEC_PER_USEC, (u64)~0U);
 	p->theta_off_us = (u32)min(off / NSEC_PER_USEC, (u64)~0U);
 }
@@ -494,6 +498,9 @@ static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v)
 	theta = patched_theta(p);
 	if (theta > p->m.theta_little)
 		return gain;
+#ifdef CCCTL_MUTANT_PACING_NOT_DIVIDED
+	return gain; /* mutant (tests only): eq. 37 without the division by Θ */
+#endif
 	return (u32)min((u64)gain * THETA_UNIT / theta, (u64)~0U);
 }
 
@@ -504,6 +511,9 @@ static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v)
 
 	if (!patched_active(sk, p))
 		return gain;
+#ifdef CCCTL_MUTANT_ALPHA_IGNORED
+	return gain; /* mutant (tests only): eq. 39 without alpha */
+#endif
 	return gain + patched_alpha(patched_theta(p), &p->m);
 }
 

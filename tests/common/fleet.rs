@@ -374,12 +374,21 @@ fn duckdb(cwd: &Path, sql: &str) -> serde_json::Value {
 /// Two daemons, one after the other, with different host names and one
 /// output directory: DuckDB reads the tree as one table with both hosts
 /// (from the partition path and, separately, from the data's own `host`
-/// column), and the shipped fleet query counts the retransmissions of both.
+/// column), and the shipped fleet query counts the retransmissions of both
+/// (each flow loses three listed packets on the userspace path).
 pub fn two_daemons_write_one_partitioned_table() {
     let _clean = Clean::new();
     let dir = tempdir("fleet-hive");
     let traces = dir.join("traces");
-    let tb = Testbed::new(TestbedConfig::new(20_000_000, 30_000)).expect("testbed");
+    // Each flow's data connection loses packets 40, 41 and 300 (the loss
+    // list counts per connection): every flow has retransmissions, so the
+    // query's count is checked against a known non-zero total.
+    let tb = Testbed::new(
+        TestbedConfig::new(20_000_000, 30_000)
+            .userspace()
+            .with_loss_list(0, &[40, 41, 300]),
+    )
+    .expect("testbed");
     let mut ports = BTreeMap::new();
     for host in ["fleet-a", "fleet-b"] {
         let cfg = dir.join(format!("{host}.toml"));
@@ -472,6 +481,11 @@ pub fn two_daemons_write_one_partitioned_table() {
            GROUP BY host, flow_id)",
     );
     let expect = whole[0]["retransmissions"].as_f64().unwrap_or(-1.0);
+    // Three listed drops in each of the two flows: never 0 == 0.
+    assert!(
+        expect >= 6.0,
+        "the two flows' traces show {expect} retransmissions for 2 x 3 listed drops: {whole}"
+    );
     let got: f64 = rows
         .iter()
         .map(|r| r["retransmissions"].as_f64().unwrap_or(f64::NAN))

@@ -348,3 +348,80 @@ pub fn pins_under_the_old_name_move_to_the_new() {
     ccctl(&["unload", "bpf-bbr"]).ok();
     assert!(!registered("bpf_bbr") && !new.exists());
 }
+
+/// `ccctl load NAME --object FILE`: bpf_bbr compiled from bpf/bbr.bpf.c
+/// the way ccctl's build does ([`super::bpf_object`]) loads from the file
+/// as `bpf-bbr`, pinned like the built-in one, its shared trace maps under
+/// ccctl's shared pin directory (not libbpf's default), and the load-time
+/// configuration reaches it: with `CCCTL_FAULT_INJECT=verifier`, which
+/// only `ccctl_cfg` in the object's .rodata carries to the program, the
+/// verifier refuses it. Refused, changing nothing: the file as another
+/// algorithm (its registration names bpf_bbr), a file that is no BPF
+/// object, a missing file, and any file while the algorithm is loaded.
+pub fn load_from_an_object_file() {
+    let _clean = Clean::new();
+    let dir = tempdir("object-file");
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let compiler =
+        super::bpf_object::BpfCompiler::new(&workspace, &dir).expect("libbpf headers for clang");
+    let obj = dir.join("bbr.bpf.o");
+    compiler
+        .compile("bbr", &[], &obj)
+        .expect("compiling bpf/bbr.bpf.c");
+    let obj_s = obj.to_str().expect("a UTF-8 temp path");
+    let before = snapshot();
+
+    let out = ccctl_env(
+        &["load", "bpf-bbr", "--object", obj_s],
+        &[("CCCTL_FAULT_INJECT", "verifier")],
+    )
+    .failed_with(&["verifier rejected `bbr`", "no write support to tcp_sock"]);
+    assert!(!out.stdout.contains("loaded"), "{}", out.stdout);
+    assert_eq!(snapshot(), before, "a refused object changed the state");
+
+    ccctl(&["load", "dstar", "--object", obj_s]).failed_with(&[
+        "is not a BPF object of dstar",
+        "named `bpf_bbr`, not `dstar`",
+    ]);
+    assert_eq!(snapshot(), before);
+    let text = dir.join("not-an-object.bpf.o");
+    fs::write(&text, "SEC(\"struct_ops\")\n").expect("writing a text file");
+    ccctl(&[
+        "load",
+        "bpf-bbr",
+        "--object",
+        text.to_str().unwrap_or_default(),
+    ])
+    .failed_with(&["not an ELF file"]);
+    ccctl(&["load", "bpf-bbr", "--object", "/bin/true"]).failed_with(&["opening /bin/true"]);
+    ccctl(&["load", "bpf-bbr", "--object", "/nonexistent/x.bpf.o"])
+        .failed_with(&["reading /nonexistent/x.bpf.o"]);
+    assert_eq!(snapshot(), before);
+
+    let out = ccctl(&["load", "bpf-bbr", "--object", obj_s]).ok();
+    assert!(
+        out.stdout.contains("loaded bbr as `bpf_bbr`")
+            && out
+                .stdout
+                .contains(&format!("from the object file {obj_s}")),
+        "{}",
+        out.stdout
+    );
+    assert!(registered("bpf_bbr"));
+    for pin in ["bbr/link", "bbr/meta", "bbr/params", "shared/trace_events"] {
+        assert!(pin_root().join(pin).exists(), "no pin {pin}");
+    }
+    assert!(
+        !std::path::Path::new("/sys/fs/bpf/trace_events").exists(),
+        "the trace maps were pinned at libbpf's default root"
+    );
+    let loaded = snapshot();
+    ccctl(&["load", "bpf-bbr", "--object", obj_s])
+        .failed_with(&["bbr is already loaded", "Unload it first"]);
+    assert_eq!(snapshot(), loaded);
+
+    ccctl(&["unload", "bpf-bbr"]).ok();
+    assert!(!registered("bpf_bbr"));
+    assert_eq!(snapshot(), before, "unload left something behind");
+    let _ = fs::remove_dir_all(&dir);
+}

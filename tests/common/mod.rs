@@ -4,6 +4,9 @@
 
 pub mod atomic;
 pub mod bbr_phases;
+pub mod bbr_v1_gains;
+#[path = "../../xtask/src/bpf_object.rs"]
+pub mod bpf_object;
 pub mod catalogue;
 pub mod dstar;
 pub mod equivalence;
@@ -14,6 +17,7 @@ pub mod lab;
 pub mod lifecycle;
 pub mod modest;
 pub mod modest_wmax;
+pub mod outcomes;
 pub mod patched;
 pub mod path;
 pub mod policy;
@@ -80,14 +84,44 @@ impl Run {
     }
 }
 
+/// `CCCTL_TEST_OBJECT`: `ALGO=FILE[,ALGO=FILE...]` (ALGO a ccctl or kernel
+/// name): every `ccctl load ALGO` a test runs loads ALGO from FILE
+/// (`--object FILE`) instead of ccctl's built-in object. `cargo xtask
+/// mutants` sets it to run a test against a deliberately wrong build.
+pub const ENV_TEST_OBJECT: &str = "CCCTL_TEST_OBJECT";
+
+/// The object file `CCCTL_TEST_OBJECT` names for `algo` (any of its names).
+fn test_object_for(algo: &str) -> Option<String> {
+    let spec = std::env::var(ENV_TEST_OBJECT).ok()?;
+    let kernel_name = ccctl_core::registry::find(algo).ok()?.kernel_name;
+    spec.split(',').find_map(|item| {
+        let (name, file) = item.split_once('=')?;
+        let named = ccctl_core::registry::find(name.trim())
+            .unwrap_or_else(|_| panic!("{ENV_TEST_OBJECT} names an unknown algorithm {name:?}"));
+        (named.kernel_name == kernel_name).then(|| file.trim().to_string())
+    })
+}
+
 /// Run ccctl with arguments and extra environment.
 pub fn ccctl_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(ccctl_bin());
     cmd.args(args);
+    let object = match args {
+        ["load", algo, ..] if !args.contains(&"--object") => test_object_for(algo),
+        _ => None,
+    };
+    if let Some(file) = &object {
+        cmd.args(["--object", file]);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
-    Run::from(cmd.output().expect("running ccctl"))
+    let run = Run::from(cmd.output().expect("running ccctl"));
+    if let (Some(file), 0) = (&object, run.code) {
+        // `cargo xtask mutants` requires this line: the object was used.
+        println!("ccctl-tests: {} loaded from {file}", args[1]);
+    }
+    run
 }
 
 pub fn ccctl(args: &[&str]) -> Run {

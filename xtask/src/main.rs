@@ -1,7 +1,9 @@
 //! `cargo xtask`: developer tasks for ccctl.
 
 mod bench;
+mod bpf_object;
 mod demo;
+mod mutants;
 mod proc;
 mod reproduce;
 mod setup;
@@ -44,6 +46,8 @@ enum Cmd {
     Reproduce(reproduce::ReproduceArgs),
     /// Abuse, bounded: load/unload cycles with live flows; SIGKILL at random points of every command
     Soak(soak::SoakArgs),
+    /// Deliberately wrong builds of every algorithm, each run against the host test that must fail it (issue 27)
+    Mutants(mutants::MutantsArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
         Cmd::Demo => demo::main(),
         Cmd::Bench(args) => bench::main(args),
         Cmd::Soak(args) => soak::main(args),
+        Cmd::Mutants(args) => mutants::main(args),
         Cmd::Reproduce(args) => reproduce::main(args),
     };
     let code = match res {

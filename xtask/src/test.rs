@@ -1,11 +1,14 @@
 //! `cargo xtask test`: the one command that runs every test.
 //!
 //! Phases: build ccctl; host tests (the unit tests of every ccctl crate,
-//! [`UNIT_TEST_PACKAGES`], then the `host`
-//! integration tests); VM tests (the `vm` integration test binary, run in
-//! one VM boot). Every libtest "test result:" line is counted and the run
-//! ends with `xtask: N passed, M failed`. A phase that cannot run (build
-//! error, VM that does not boot) counts as one failure: never a skip.
+//! [`UNIT_TEST_PACKAGES`], xtask's own, then the `host` integration tests,
+//! then the mutants: `cargo xtask mutants`, each a deliberately wrong
+//! algorithm its killer test must fail); VM tests (the `vm` integration
+//! test binary, run in one VM boot). Every libtest "test result:" line is
+//! counted and the run ends with `xtask: N passed, M failed`. A phase that
+//! cannot run (build error, VM that does not boot, a timeout) counts as one
+//! failure: never a skip; so does a phase that passed fewer tests than its
+//! floor in tests/FLOOR (tests that silently stopped running).
 
 use std::path::Path;
 use std::time::Duration;
@@ -29,6 +32,48 @@ const UNIT_TEST_PACKAGES: &[&str] = &[
 
 /// Upper bound for the single VM boot running the VM tests.
 const VM_TIMEOUT: Duration = Duration::from_secs(45 * 60);
+/// Upper bounds of the host phases (builds included): a hung test fails
+/// the phase instead of CI's whole budget.
+const UNIT_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+const HOST_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The committed floor: the least number of passed tests per phase.
+const FLOOR_FILE: &str = "tests/FLOOR";
+
+/// `tests/FLOOR`: lines `<phase name>: <least passed>`, `#` comments.
+fn parse_floor(text: &str) -> Result<Vec<(String, u64)>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (name, count) = line
+            .rsplit_once(':')
+            .with_context(|| format!("{FLOOR_FILE}:{}: expected `phase: count`", n + 1))?;
+        let count = count.trim().parse().with_context(|| {
+            format!("{FLOOR_FILE}:{}: `{}` is not a count", n + 1, count.trim())
+        })?;
+        out.push((name.trim().to_string(), count));
+    }
+    Ok(out)
+}
+
+/// Marks every phase that passed fewer tests than its floor as broken.
+fn apply_floor(phases: &mut [Phase], floor: &[(String, u64)]) {
+    for p in phases.iter_mut() {
+        let Some((_, least)) = floor.iter().find(|(n, _)| n == p.name) else {
+            continue;
+        };
+        if p.broken.is_none() && p.counts.passed < *least {
+            p.broken = Some(format!(
+                "{} passed, fewer than the floor of {least} in {FLOOR_FILE}: tests stopped running \
+                 (raise or lower the floor only with the tests themselves)",
+                p.counts.passed
+            ));
+        }
+    }
+}
 
 #[derive(Args, Debug)]
 pub struct TestArgs {
@@ -114,19 +159,50 @@ impl Phase {
     }
 }
 
-fn cargo_test(name: &'static str, args: &[&str], ccctl: &Path) -> Result<Phase> {
+fn cargo_test(name: &'static str, args: &[&str], ccctl: &Path, timeout: Duration) -> Result<Phase> {
     eprintln!("xtask test: {name}: cargo {}", args.join(" "));
     let teed = proc::run_tee(
         proc::cargo()
             .args(args)
             .env("CCCTL_BIN", ccctl)
             .current_dir(proc::workspace_root()),
+        Some(timeout),
         None,
-        None,
-    )?;
+    );
     proc::bail_if_interrupted()?;
+    let teed = match teed {
+        Ok(t) => t,
+        Err(e) => return Ok(Phase::broken(name, format!("{e:#}"))),
+    };
     let all = format!("{}\n{}", teed.stdout, teed.stderr);
     Ok(Phase::from_run(name, proc::exit_code(&teed.status), &all))
+}
+
+/// The mutants: each killed is a pass, each not killed (survived, or the
+/// run could not tell) a failure.
+fn mutants_phase(ccctl: &Path) -> Result<Phase> {
+    const NAME: &str = "mutants";
+    eprintln!("xtask test: {NAME}: cargo xtask mutants");
+    let rows = match crate::mutants::run(ccctl, None) {
+        Ok(rows) => rows,
+        Err(e) => {
+            proc::bail_if_interrupted()?;
+            return Ok(Phase::broken(NAME, format!("{e:#}")));
+        }
+    };
+    let killed = rows
+        .iter()
+        .filter(|r| matches!(r.outcome, crate::mutants::Outcome::Killed(_)))
+        .count() as u64;
+    Ok(Phase {
+        name: NAME,
+        counts: Counts {
+            passed: killed,
+            failed: rows.len() as u64 - killed,
+            results: 1,
+        },
+        broken: None,
+    })
 }
 
 fn vm_phase(ccctl: &Path) -> Result<Phase> {
@@ -204,7 +280,13 @@ pub fn main(args: TestArgs) -> Result<i32> {
                     for p in UNIT_TEST_PACKAGES {
                         unit.extend(["-p", p]);
                     }
-                    phases.push(cargo_test("ccctl unit tests", &unit, &ccctl)?);
+                    phases.push(cargo_test("ccctl unit tests", &unit, &ccctl, UNIT_TIMEOUT)?);
+                    phases.push(cargo_test(
+                        "xtask unit tests",
+                        &["test", "-p", "xtask"],
+                        &ccctl,
+                        UNIT_TIMEOUT,
+                    )?);
                     phases.push(cargo_test(
                         "host tests",
                         &[
@@ -218,7 +300,9 @@ pub fn main(args: TestArgs) -> Result<i32> {
                             "--show-output",
                         ],
                         &ccctl,
+                        HOST_TIMEOUT,
                     )?);
+                    phases.push(mutants_phase(&ccctl)?);
                     Ok(())
                 })();
                 // The tests restore what they load, but not if they were killed
@@ -232,6 +316,14 @@ pub fn main(args: TestArgs) -> Result<i32> {
                 phases.push(vm_phase(&ccctl)?);
             }
         }
+    }
+
+    match std::fs::read_to_string(proc::workspace_root().join(FLOOR_FILE))
+        .context(FLOOR_FILE)
+        .and_then(|t| parse_floor(&t))
+    {
+        Ok(floor) => apply_floor(&mut phases, &floor),
+        Err(e) => phases.push(Phase::broken("test floor", format!("{e:#}"))),
     }
 
     let (mut passed, mut failed) = (0, 0);
@@ -275,6 +367,61 @@ mod tests {
                 results: 3
             }
         );
+    }
+
+    #[test]
+    fn floor_breaks_a_phase_that_ran_fewer_tests() {
+        let floor = parse_floor("# least passed\nhost tests: 40\nmutants: 12 # all\n")
+            .expect("valid floor");
+        assert_eq!(floor, [("host tests".into(), 40), ("mutants".into(), 12)]);
+        let mut phases = vec![
+            Phase::from_run(
+                "host tests",
+                0,
+                "test result: ok. 39 passed; 0 failed; 0 ignored",
+            ),
+            Phase::from_run(
+                "mutants",
+                0,
+                "test result: ok. 12 passed; 0 failed; 0 ignored",
+            ),
+            Phase::from_run(
+                "vm tests",
+                0,
+                "test result: ok. 1 passed; 0 failed; 0 ignored",
+            ),
+        ];
+        apply_floor(&mut phases, &floor);
+        assert!(phases[0]
+            .broken
+            .as_deref()
+            .is_some_and(|b| b.contains("floor of 40")));
+        assert!(phases[1].broken.is_none());
+        assert!(phases[2].broken.is_none(), "no floor for it");
+        assert!(parse_floor("host tests forty").is_err());
+        assert!(parse_floor("host tests: many").is_err());
+    }
+
+    #[test]
+    fn the_committed_floor_names_real_phases() {
+        let text = std::fs::read_to_string(proc::workspace_root().join(FLOOR_FILE))
+            .expect("tests/FLOOR is committed");
+        let floor = parse_floor(&text).expect("tests/FLOOR parses");
+        for (name, least) in &floor {
+            assert!(
+                [
+                    "ccctl unit tests",
+                    "xtask unit tests",
+                    "host tests",
+                    "mutants",
+                    "vm tests"
+                ]
+                .contains(&name.as_str()),
+                "unknown phase {name} in tests/FLOOR"
+            );
+            assert!(*least > 0, "{name}: a floor of 0 checks nothing");
+        }
+        assert_eq!(floor.len(), 5, "every phase has a floor");
     }
 
     #[test]

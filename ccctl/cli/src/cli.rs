@@ -89,6 +89,9 @@ pub struct LoadArgs {
     /// ones get the new one, the parameter set in force carries over.
     #[arg(long, conflicts_with_all = ["default", PARAM_FLAGS])]
     pub replace: bool,
+    /// Load it from this BPF object file (your own build of the algorithm) instead of the object built into ccctl; it must register the algorithm's kernel name.
+    #[arg(long, value_name = "FILE.bpf.o", conflicts_with = "replace")]
+    pub object: Option<std::path::PathBuf>,
     /// Initial parameters (defaults for the rest), in force before the first flow can use it.
     #[command(flatten)]
     pub values: ParamFlags,
@@ -290,6 +293,7 @@ fn load(args: LoadArgs) -> Result<()> {
         set_default: args.default,
         fault_inject: fault_inject_from_env()?,
         params: initial,
+        object: args.object.clone(),
     };
     match loader::load(algo, &opts)? {
         LoadOutcome::Loaded {
@@ -303,6 +307,9 @@ fn load(args: LoadArgs) -> Result<()> {
                 kernel::describe_abi(abi),
                 pins::pin_dir(algo).display()
             );
+            if let Some(path) = &args.object {
+                println!("from the object file {}", path.display());
+            }
             if let Some(p) = initial {
                 let given: Vec<_> = params::view_of(algo, &p)
                     .params

@@ -63,6 +63,8 @@ unsafe impl Plain for ccctl_params_entry {}
 unsafe impl Plain for ccctl_trace_cfg {}
 // SAFETY: as above; CCCTL_EVENT_SIZE states the size, checked below.
 unsafe impl Plain for ccctl_event {}
+// SAFETY: as above: two u32 (8 bytes, checked below).
+unsafe impl Plain for ccctl_load_config {}
 
 // SAFETY: as above; fields ordered so that none needs padding (136 bytes).
 unsafe impl Plain for ccctl_policy_rule {}
@@ -83,6 +85,7 @@ const _: () = assert!(std::mem::size_of::<ccctl_policy_sk>() == 24);
 const _: () = assert!(std::mem::size_of::<ccctl_event>() == CCCTL_EVENT_SIZE as usize);
 const _: () = assert!(std::mem::size_of::<ccctl_trace_cfg>() == 72);
 const _: () = assert!(std::mem::size_of::<ccctl_meta>() == 40);
+const _: () = assert!(std::mem::size_of::<ccctl_load_config>() == 8);
 const _: () =
     assert!(std::mem::size_of::<ccctl_params_entry>() == 4 + std::mem::size_of::<ccctl_params>());
 

@@ -102,6 +102,19 @@ pub enum Error {
     #[error("{0}")]
     Refused(String),
 
+    #[error(
+        "{algo} is already loaded, so the object {path} would not be used; nothing changed. \
+         Unload it first (`ccctl unload {algo}`)"
+    )]
+    ObjectWhileLoaded { algo: String, path: PathBuf },
+
+    #[error("{path} is not a BPF object of {algo}: {problem}")]
+    NotTheAlgorithmsObject {
+        path: PathBuf,
+        algo: String,
+        problem: String,
+    },
+
     #[error("{what}: {source}")]
     Bpf {
         what: String,

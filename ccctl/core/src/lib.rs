@@ -7,6 +7,7 @@
 //!   names, BPF objects, event columns, plot colours);
 //! - `pins`: the pin tree under `<bpffs>/ccctl`, the whole loaded state;
 //! - `register`: opening, loading, pinning and registering a BPF object;
+//! - `object_file`: the same from a BPF object file (`load --object`);
 //! - `loader`: the load verbs (load, unload, repair);
 //! - `status`: `status` and `list`, read from the pins;
 //! - `params`: tunable parameters in the pinned maps;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod fuzz;
 pub mod kernel;
 pub mod loader;
+mod object_file;
 pub mod params;
 pub mod pins;
 pub mod policy;

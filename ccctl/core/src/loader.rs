@@ -1,7 +1,7 @@
 //! The load verbs: load, unload, unload everything, and the repair of what
 //! a killed ccctl left (under `/run/ccctl/loader.lock`). The pins are
 //! [`crate::pins`], the registration itself [`crate::register`].
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::{
     abi,
@@ -30,6 +30,13 @@ pub struct LoadOptions {
     /// the defaults. Refused with `AlreadyLoaded` if the algorithm is loaded,
     /// rather than silently ignored: `ccctl tune` changes a loaded one.
     pub params: Option<abi::ccctl_params>,
+    /// Load the algorithm from this BPF object file instead of the object
+    /// built into ccctl (`ccctl load NAME --object FILE`): a researcher's own
+    /// build, or a test's deliberately wrong one. Checked to hold the
+    /// algorithm's registration ([`crate::object_file`]); registered, pinned
+    /// and configured exactly as the built-in one. Refused with
+    /// `ObjectWhileLoaded` if the algorithm is loaded.
+    pub object: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +75,12 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
                 algo: algo.name.into(),
             });
         }
+        if let Some(path) = &opts.object {
+            return Err(Error::ObjectWhileLoaded {
+                algo: algo.name.into(),
+                path: path.clone(),
+            });
+        }
         let mut made_default = false;
         if opts.set_default && kernel::default_congestion_control()? != algo.kernel_name {
             // Recorded before the switch: killed in between, unload still
@@ -96,7 +109,10 @@ pub fn load(algo: &Algorithm, opts: &LoadOptions) -> Result<LoadOutcome> {
         params: opts.params.unwrap_or_else(params::defaults),
         replace: false,
     };
-    let attached = register::register(&plan)?;
+    let attached = match &opts.object {
+        Some(path) => crate::object_file::register(path, &plan)?,
+        None => register::register(&plan)?,
+    };
 
     let mut previous_default = None;
     if opts.set_default {

@@ -603,19 +603,79 @@ mod tests {
         assert!(whole.encode(2.5).unwrap_err().contains("whole number"));
     }
 
+    #[allow(dead_code)] // in_range serves the fuzz only
+    mod documented_params {
+        include!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/common/documented_params.rs"
+        ));
+    }
+
+    /// The generated table against the hand-written one from the papers
+    /// and docs (tests/common/documented_params.rs): the same parameters,
+    /// per algorithm, with the same flags, defaults and bounds; the
+    /// version-1 map holds those defaults, and version 0 (an unwritten map)
+    /// reads as them.
     #[test]
     fn defaults_match_the_version_1_map() {
+        use documented_params::{documented, DOCUMENTED};
         let d = defaults();
         for def in ALL {
-            assert_eq!(def.encode(def.default), Ok((def.get)(&d)), "{}", def.name);
+            let doc = documented(def.name);
+            assert_eq!(def.flag, doc.flag, "{}", def.name);
+            // Fixed point: within one step of the documented real value.
+            assert!(
+                (def.default - doc.default).abs() <= 1.0 / def.scale,
+                "{}: default {} documented as {}",
+                def.name,
+                def.default,
+                doc.default
+            );
+            assert_eq!(
+                (
+                    def.min,
+                    def.min_exclusive,
+                    def.max,
+                    def.max_exclusive,
+                    def.integer
+                ),
+                (
+                    doc.min,
+                    doc.min_exclusive,
+                    doc.max,
+                    doc.max_exclusive,
+                    doc.whole
+                ),
+                "{}: bounds",
+                def.name
+            );
+            assert_eq!(def.encode(doc.default), Ok((def.get)(&d)), "{}", def.name);
             assert_eq!(
                 def.current(&abi::ccctl_params::default()),
-                def.default,
+                def.current(&d),
                 "{} at version 0",
                 def.name
             );
         }
-        assert_eq!((d.w_min, d.w_max, d.s_min), (768, 1024, 1));
+        for doc in DOCUMENTED {
+            assert!(
+                ALL.iter().any(|a| a.name == doc.name),
+                "{} is gone",
+                doc.name
+            );
+        }
+        for a in crate::registry::ALGORITHMS {
+            let mut got: Vec<&str> = defs_for(a).iter().map(|d| d.name).collect();
+            let mut want: Vec<&str> = DOCUMENTED
+                .iter()
+                .filter(|d| d.algos.contains(&a.kernel_name))
+                .map(|d| d.name)
+                .collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "the parameters of {}", a.kernel_name);
+        }
+        assert_eq!((d.w_min, d.w_max, d.s_min, d.version), (768, 1024, 1, 1));
     }
 
     #[test]

@@ -12,7 +12,8 @@ use std::{
 
 use libbpf_rs::{
     skel::{OpenSkel, Skel},
-    Link, MapCore, MapFlags, MapHandle, PrintLevel, ProgramType,
+    Link, MapCore, MapFlags, MapHandle, Object as LoadedObject, OpenObject, PrintLevel,
+    ProgramType,
 };
 
 use crate::{
@@ -134,15 +135,55 @@ where
     S: OpenSkel<'o>,
     S::Output: Skel<'o>,
 {
-    let kernel = plan.kernel;
+    configure_open(open.open_object_mut(), plan.kernel)?;
+    // libbpf creates only the last path component when it pins.
+    create_pin_dir(&shared_dir())?;
+    let log = LibbpfLog::capture();
+    let mut skel = match open.load() {
+        Ok(skel) => skel,
+        Err(e) => {
+            remove_shared_if_unused();
+            return Err(log.load_error(plan.algo, e));
+        }
+    };
+    drop(log);
+    register_loaded(skel.object_mut(), plan)
+}
+
+/// The same registration for an object opened from a file
+/// ([`crate::object_file`]): configured, loaded, then registered and pinned
+/// exactly as an embedded skeleton is.
+pub(crate) fn register_object(mut open: OpenObject, plan: &LoadPlan<'_>) -> Result<Attached> {
+    configure_open(&mut open, plan.kernel)?;
+    create_pin_dir(&shared_dir())?;
+    let log = LibbpfLog::capture();
+    let mut object = match open.load() {
+        Ok(object) => object,
+        Err(e) => {
+            remove_shared_if_unused();
+            return Err(log.load_error(plan.algo, e));
+        }
+    };
+    drop(log);
+    register_loaded(&mut object, plan)
+}
+
+/// The struct_ops map this kernel registers and the one it leaves uncreated.
+pub(crate) fn ops_maps(kernel: &Kernel) -> (&'static str, &'static str) {
     // One object, two registrations: create the one whose cong_control
     // prototype matches this kernel; libbpf then skips the other's programs.
-    let (wanted, unwanted) = if kernel.cong_control_4arg {
+    if kernel.cong_control_4arg {
         (MAP_OPS, MAP_OPS_PRE610)
     } else {
         (MAP_OPS_PRE610, MAP_OPS)
-    };
-    for mut map in open.open_object_mut().maps_mut() {
+    }
+}
+
+/// Before load: leave the other ABI's registration uncreated, size the
+/// shared ring buffer as the pinned one, and drop BPF_F_LINK before 6.4.
+fn configure_open(open: &mut OpenObject, kernel: &Kernel) -> Result<()> {
+    let (wanted, unwanted) = ops_maps(kernel);
+    for mut map in open.maps_mut() {
         if map.name() == OsStr::new(unwanted) {
             map.set_autocreate(false)
                 .map_err(bpf("disabling the unused struct_ops map"))?;
@@ -158,23 +199,18 @@ where
                 .map_err(bpf("clearing BPF_F_LINK"))?;
         }
     }
+    Ok(())
+}
 
-    // libbpf creates only the last path component when it pins.
-    create_pin_dir(&shared_dir())?;
-    let log = LibbpfLog::capture();
-    let mut skel = match open.load() {
-        Ok(skel) => skel,
-        Err(e) => {
-            remove_shared_if_unused();
-            return Err(log.load_error(plan.algo, e));
-        }
-    };
-    drop(log);
-
+/// After load: attach the tracers, write the parameters and meta, pin, and
+/// register. Every early return leaves the kernel as it was.
+fn register_loaded(object: &mut LoadedObject, plan: &LoadPlan<'_>) -> Result<Attached> {
+    let kernel = plan.kernel;
+    let (wanted, _) = ops_maps(kernel);
     // Tracing programs (fentry) beside the struct_ops: attached now, pinned
     // with the rest below; dropped (detached) on any early return.
     let mut tracers: Vec<(String, Link)> = Vec::new();
-    for prog in skel.object().progs_mut() {
+    for prog in object.progs_mut() {
         if prog.prog_type() != ProgramType::Tracing {
             continue;
         }
@@ -185,7 +221,6 @@ where
         tracers.push((name, link));
     }
 
-    let object = skel.object_mut();
     let mut maps: Vec<_> = object.maps_mut().collect();
     let ops_idx = maps
         .iter()

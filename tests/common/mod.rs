@@ -17,6 +17,7 @@ pub mod modest_wmax;
 pub mod patched;
 pub mod path;
 pub mod policy;
+pub mod policy_judge;
 pub mod reproduce;
 pub mod shard;
 pub mod tracing;
@@ -84,10 +85,17 @@ impl Run {
 pub fn ccctl_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(ccctl_bin());
     cmd.args(args);
+    // Policy changes are recorded here, not in the machine's own log.
+    cmd.env("CCCTL_AUDIT", test_audit_log());
     for (k, v) in env {
         cmd.env(k, v);
     }
     Run::from(cmd.output().expect("running ccctl"))
+}
+
+/// Where the tests' policy changes are audited (not /var/lib/ccctl).
+pub fn test_audit_log() -> PathBuf {
+    std::env::temp_dir().join(format!("ccctl-test-audit-{}.jsonl", std::process::id()))
 }
 
 pub fn ccctl(args: &[&str]) -> Run {

@@ -189,6 +189,10 @@ pub struct DaemonConfig {
     /// file; see `ccctl_core::policy`): applied at start and on SIGHUP.
     #[serde(default, rename = "rule")]
     pub rules: Vec<ccctl_core::policy::RuleSpec>,
+    /// The audit log of policy changes (default /var/lib/ccctl/audit.jsonl;
+    /// `$CCCTL_AUDIT` wins over this).
+    #[serde(default)]
+    pub audit: Option<PathBuf>,
 }
 
 /// Smallest rotation size: below it files would be mostly footer.
@@ -290,6 +294,14 @@ impl DaemonConfig {
         }
         if let Some(m) = &self.metrics {
             m.addr().map_err(|e| format!("metrics.listen: {e}"))?;
+        }
+        if let Some(a) = &self.audit {
+            if a.as_os_str().is_empty() || a.is_dir() {
+                return Err(format!(
+                    "audit: `{}` must name a file (the audit log, appended to)",
+                    a.display()
+                ));
+            }
         }
         self.policy()?;
         Ok(())

@@ -169,28 +169,57 @@ pub fn resolve(explicit: Option<&Path>, configured: Option<&Path>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_AUDIT_PATH))
 }
 
-/// Append `rec` as one line to `path` (created 0640 with its directory if
-/// missing; opened `O_APPEND`; one write).
-pub fn append(path: &Path, rec: &Record) -> Result<(), AuditError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut line = serde_json::to_vec(rec)?;
-    line.push(b'\n');
-    let err = |what| {
-        let path = path.to_path_buf();
-        move |source| AuditError::Io { path, what, source }
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(err("creating its directory"))?;
+/// The log, opened `O_APPEND` (created 0640 with its directory if missing).
+/// Commands open it before they change anything, so a log that cannot be
+/// written refuses the change instead of leaving it unrecorded.
+pub struct Log {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Log {
+    pub fn open(path: &Path) -> Result<Log, AuditError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let err = |what| {
+            let path = path.to_path_buf();
+            move |source| AuditError::Io { path, what, source }
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(err("creating its directory"))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .open(path)
+            .map_err(err("opening for append"))?;
+        Ok(Log {
+            path: path.to_path_buf(),
+            file,
+        })
     }
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o640)
-        .open(path)
-        .map_err(err("opening for append"))?;
-    f.write_all(&line).map_err(err("writing"))?;
-    f.sync_data().map_err(err("syncing"))?;
-    Ok(())
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `rec` as one line, one write, synced.
+    pub fn append(&mut self, rec: &Record) -> Result<(), AuditError> {
+        let mut line = serde_json::to_vec(rec)?;
+        line.push(b'\n');
+        let err = |what| {
+            let path = self.path.clone();
+            move |source| AuditError::Io { path, what, source }
+        };
+        self.file.write_all(&line).map_err(err("writing"))?;
+        self.file.sync_data().map_err(err("syncing"))?;
+        Ok(())
+    }
+}
+
+/// Open `path` and append `rec`.
+pub fn append(path: &Path, rec: &Record) -> Result<(), AuditError> {
+    Log::open(path)?.append(rec)
 }
 
 /// Every record of the log at `path` (tests, tools).
@@ -252,6 +281,7 @@ mod tests {
                 max_rtt_ratio: 1.5,
                 max_retrans_ratio: 3.0,
                 min_goodput_ratio: 0.5,
+                max_goodput_ratio: Some(2.5),
                 hold_s: 3.0,
                 interval_s: 1.0,
                 min_flows: 1,

@@ -6,7 +6,10 @@
 //! [rule.judge]                 # inside a [[rule]] (acted on by `ccctl daemon`)
 //! max_rtt_ratio = 1.5          # canary mean srtt / control mean srtt
 //! max_retrans_ratio = 3.0      # canary retransmitted / sent segments over the control's
-//! min_goodput_ratio = 0.5      # canary per-connection goodput / control's
+//! min_goodput_ratio = 0.5      # canary per-connection goodput / control's, at least
+//! max_goodput_ratio = 2.5      # ... and at most (optional): a canary that takes
+//!                              # this many times a control connection's goodput on a
+//!                              # shared path is harming the control
 //! hold = "10s"                 # a breach must last this long
 //! interval = "1s"              # how often the groups are sampled
 //! min_flows = 1                # each group needs this many live connections
@@ -36,6 +39,8 @@ pub struct JudgeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_goodput_ratio: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_goodput_ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<HumanDuration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<HumanDuration>,
@@ -49,6 +54,9 @@ pub struct Thresholds {
     pub max_rtt_ratio: f64,
     pub max_retrans_ratio: f64,
     pub min_goodput_ratio: f64,
+    /// Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_goodput_ratio: Option<f64>,
     pub hold_s: f64,
     pub interval_s: f64,
     pub min_flows: u32,
@@ -60,6 +68,7 @@ impl Default for Thresholds {
             max_rtt_ratio: 1.5,
             max_retrans_ratio: 3.0,
             min_goodput_ratio: 0.5,
+            max_goodput_ratio: None,
             hold_s: 10.0,
             interval_s: 1.0,
             min_flows: 1,
@@ -105,6 +114,10 @@ impl JudgeSpec {
                 format!("{min_goodput_ratio} must be below 1 (the canary may not be slower than this share of the control)"),
             ));
         }
+        let max_goodput_ratio = match self.max_goodput_ratio {
+            None => None,
+            Some(x) => Some(ratio("max_goodput_ratio", Some(x), 0.0, 1.0)?),
+        };
         let interval_s = self.interval.map_or(d.interval_s, |h| h.0.as_secs_f64());
         if !(0.1..=3600.0).contains(&interval_s) {
             return Err((
@@ -132,6 +145,7 @@ impl JudgeSpec {
             max_rtt_ratio,
             max_retrans_ratio,
             min_goodput_ratio,
+            max_goodput_ratio,
             hold_s,
             interval_s,
             min_flows,
@@ -195,17 +209,46 @@ pub fn group_sample(before: &[SockCounters], now: &[SockCounters], dt_s: f64) ->
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Breach {
-    RttRatio { measured: f64, limit: f64 },
-    RetransRatio { measured: f64, limit: f64 },
-    GoodputRatio { measured: f64, limit: f64 },
+    RttRatio {
+        measured: f64,
+        limit: f64,
+    },
+    RetransRatio {
+        measured: f64,
+        limit: f64,
+    },
+    GoodputRatio {
+        measured: f64,
+        limit: f64,
+    },
+    /// The canary takes more than `limit` times a control connection's goodput.
+    GoodputShare {
+        measured: f64,
+        limit: f64,
+    },
 }
 
-/// The control group's degradation since before the canary took flows
-/// (`1 - now/before` for goodput, as the lab's harm; `now/before` for RTT).
+/// The harm the canary does to the control connections sharing its path,
+/// as the lab's `1 - x_with / x_alone` with `x_alone` taken as a fair
+/// share: the two groups' total goodput over their connections. 0 when the
+/// control gets its share, toward 1 as the canary takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ControlHarm {
     pub goodput_harm: f64,
-    pub rtt_inflation: f64,
+}
+
+impl ControlHarm {
+    pub fn of(canary: &GroupSample, control: &GroupSample) -> Option<ControlHarm> {
+        let n = f64::from(canary.flows + control.flows);
+        let total = canary.goodput_bps * f64::from(canary.flows)
+            + control.goodput_bps * f64::from(control.flows);
+        if control.flows == 0 || total <= 0.0 {
+            return None;
+        }
+        Some(ControlHarm {
+            goodput_harm: 1.0 - control.goodput_bps / (total / n),
+        })
+    }
 }
 
 /// What the judge saw at one interval (and, on a rollback, what decided it).
@@ -252,9 +295,9 @@ impl Judge {
         t: &Thresholds,
         canary: GroupSample,
         control: GroupSample,
-        control_harm: Option<ControlHarm>,
         now_s: f64,
     ) -> Verdict {
+        let control_harm = ControlHarm::of(&canary, &control);
         if canary.flows < t.min_flows || control.flows < t.min_flows {
             self.breach_since = None;
             return Verdict::Insufficient;
@@ -287,6 +330,12 @@ impl Judge {
             breaches.push(Breach::GoodputRatio {
                 measured: goodput_ratio,
                 limit: t.min_goodput_ratio,
+            });
+        }
+        if let Some(max) = t.max_goodput_ratio.filter(|m| goodput_ratio > *m) {
+            breaches.push(Breach::GoodputShare {
+                measured: goodput_ratio,
+                limit: max,
             });
         }
         let since = if breaches.is_empty() {
@@ -331,13 +380,19 @@ impl Decision {
                 Breach::GoodputRatio { measured, limit } => {
                     format!("goodput ratio {measured:.2} < {limit:.2}")
                 }
+                Breach::GoodputShare { measured, limit } => {
+                    format!("goodput ratio {measured:.2} > {limit:.2} (harm to the control)")
+                }
             })
             .collect();
         format!(
-            "canary judge: {} held {:.1}s (hold {:.1}s); canary {} flows {:.1} Mbit/s/flow srtt {:.1} ms retrans {:.4}, control {} flows {:.1} Mbit/s/flow srtt {:.1} ms retrans {:.4}",
+            "canary judge: {} held {:.1}s (hold {:.1}s){}; canary {} flows {:.1} Mbit/s/flow srtt {:.1} ms retrans {:.4}, control {} flows {:.1} Mbit/s/flow srtt {:.1} ms retrans {:.4}",
             b.join(", "),
             self.held_s,
             self.thresholds.hold_s,
+            self.control_harm
+                .map(|h| format!(", control harm {:.2}", h.goodput_harm))
+                .unwrap_or_default(),
             self.canary.flows,
             self.canary.goodput_bps / 1e6,
             self.canary.rtt_ms,
@@ -376,27 +431,27 @@ mod tests {
         let bad = g(4, 1e7, 10.0, 0.05);
         let ctl = g(4, 1e7, 10.0, 0.005);
         assert!(matches!(
-            j.observe(&t(), bad, ctl, None, 1.0),
+            j.observe(&t(), bad, ctl, 1.0),
             Verdict::Breaching(_)
         ));
         assert!(matches!(
-            j.observe(&t(), bad, ctl, None, 2.0),
+            j.observe(&t(), bad, ctl, 2.0),
             Verdict::Breaching(_)
         ));
         // A healthy interval resets the hold.
         assert!(matches!(
-            j.observe(&t(), ctl, ctl, None, 3.0),
+            j.observe(&t(), ctl, ctl, 3.0),
             Verdict::Healthy(_)
         ));
         assert!(matches!(
-            j.observe(&t(), bad, ctl, None, 4.0),
+            j.observe(&t(), bad, ctl, 4.0),
             Verdict::Breaching(_)
         ));
         assert!(matches!(
-            j.observe(&t(), bad, ctl, None, 5.0),
+            j.observe(&t(), bad, ctl, 5.0),
             Verdict::Breaching(_)
         ));
-        match j.observe(&t(), bad, ctl, None, 6.0) {
+        match j.observe(&t(), bad, ctl, 6.0) {
             Verdict::RollBack(d) => {
                 assert_eq!(d.held_s, 3.0);
                 assert_eq!(
@@ -416,28 +471,35 @@ mod tests {
     fn each_threshold_and_too_few_flows() {
         let ctl = g(4, 1e7, 10.0, 0.01);
         let mut j = Judge::default();
-        let v = j.observe(&t(), g(4, 1e7, 16.0, 0.01), ctl, None, 1.0);
+        let v = j.observe(&t(), g(4, 1e7, 16.0, 0.01), ctl, 1.0);
         assert!(
             matches!(&v, Verdict::Breaching(d) if matches!(d.breaches[..], [Breach::RttRatio { .. }])),
             "{v:?}"
         );
-        let v = Judge::default().observe(&t(), g(4, 4e6, 10.0, 0.01), ctl, None, 1.0);
+        let v = Judge::default().observe(&t(), g(4, 4e6, 10.0, 0.01), ctl, 1.0);
         assert!(
             matches!(&v, Verdict::Breaching(d) if matches!(d.breaches[..], [Breach::GoodputRatio { .. }])),
             "{v:?}"
         );
-        let v = Judge::default().observe(&t(), g(4, 2e7, 9.0, 0.02), ctl, None, 1.0);
+        let v = Judge::default().observe(&t(), g(4, 2e7, 9.0, 0.02), ctl, 1.0);
         assert!(matches!(v, Verdict::Healthy(_)), "{v:?}");
-        let v = Judge::default().observe(&t(), g(0, 0.0, 0.0, 0.0), ctl, None, 1.0);
+        let share = Thresholds {
+            max_goodput_ratio: Some(2.5),
+            ..t()
+        };
+        let v = Judge::default().observe(&share, g(4, 3e7, 10.0, 0.01), ctl, 1.0);
+        match v {
+            Verdict::Breaching(d) => {
+                assert!(matches!(d.breaches[..], [Breach::GoodputShare { .. }]));
+                // 4 x 30 + 4 x 10 over 8: a fair share is 20; control harm 0.5.
+                assert_eq!(d.control_harm, Some(ControlHarm { goodput_harm: 0.5 }));
+            }
+            v => panic!("{v:?}"),
+        }
+        let v = Judge::default().observe(&t(), g(0, 0.0, 0.0, 0.0), ctl, 1.0);
         assert_eq!(v, Verdict::Insufficient);
         // A clean control: the floor keeps the ratio finite.
-        let v = Judge::default().observe(
-            &t(),
-            g(4, 1e7, 10.0, 0.002),
-            g(4, 1e7, 10.0, 0.0),
-            None,
-            1.0,
-        );
+        let v = Judge::default().observe(&t(), g(4, 1e7, 10.0, 0.002), g(4, 1e7, 10.0, 0.0), 1.0);
         assert!(matches!(v, Verdict::Healthy(d) if d.retrans_ratio == 2.0));
     }
 

@@ -209,8 +209,8 @@ fn state(rule: &str) -> String {
 /// The harmful canary: ccctl's BBR (loss-blind) with cwnd_gain 3 beside
 /// Cubic on a 0.25 BDP buffer takes most of the path and retransmits more
 /// than Cubic; the judge (goodput ratio at most 2.5, retransmission ratio
-/// at most 5, held 3 s, sampled every 1 s) rolls it back within 15 s, its live connections moved to Cubic (none
-/// reset), and the audit line has the thresholds and the numbers. Then the
+/// at most 5, held 3 s, sampled every 1 s) rolls it back within 15 s,
+/// its live connections moved to Cubic (none reset), and the audit line has the thresholds and the numbers. Then the
 /// harmless canary (Reno beside Cubic, same judge, same window) stays.
 pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
     let _g = PolicyGuard::new();

@@ -4,6 +4,7 @@
 //!
 //! ```toml
 //! on_exit = "unload"          # or "leave": what SIGTERM does to the algorithms
+//! audit = "/var/lib/ccctl/audit.jsonl"  # the policy's audit log ($CCCTL_AUDIT wins)
 //!
 //! [[algorithms]]
 //! name = "bpf-bbr"                # ccctl user or kernel name
@@ -642,6 +643,8 @@ mod fuzz {
                     || e.contains("trace")
                     || e.contains("on_exit")
                     || e.contains("metrics")
+                    || e.starts_with("audit:")
+                    || e.contains("rule[")
                     || e.contains("unknown field")
                     || e.contains("missing field");
                 prop_assert!(named, "refusal names no field: {e}\n{text}");

@@ -532,7 +532,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     );
     result?;
     if let Some(e) = cleanup_err {
-        return Err(e.into());
+        return Err(e);
     }
     Ok(())
 }

@@ -34,6 +34,8 @@ impl PolicyGuard {
 impl Drop for PolicyGuard {
     fn drop(&mut self) {
         let _ = ccctl(&["policy", "clear"]);
+        // The tests' own audit log (`ccctl()` points $CCCTL_AUDIT there).
+        let _ = std::fs::remove_file(super::test_audit_log());
     }
 }
 

@@ -21,6 +21,7 @@ pub mod outcomes;
 pub mod patched;
 pub mod path;
 pub mod policy;
+pub mod policy_judge;
 pub mod reproduce;
 pub mod shard;
 pub mod tracing;
@@ -113,6 +114,8 @@ pub fn ccctl_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     if let Some(file) = &object {
         cmd.args(["--object", file]);
     }
+    // Policy changes are recorded here, not in the machine's own log.
+    cmd.env("CCCTL_AUDIT", test_audit_log());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -122,6 +125,11 @@ pub fn ccctl_env(args: &[&str], env: &[(&str, &str)]) -> Run {
         println!("ccctl-tests: {} loaded from {file}", args[1]);
     }
     run
+}
+
+/// Where the tests' policy changes are audited (not /var/lib/ccctl).
+pub fn test_audit_log() -> PathBuf {
+    std::env::temp_dir().join(format!("ccctl-test-audit-{}.jsonl", std::process::id()))
 }
 
 pub fn ccctl(args: &[&str]) -> Run {

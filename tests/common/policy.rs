@@ -34,6 +34,8 @@ impl PolicyGuard {
 impl Drop for PolicyGuard {
     fn drop(&mut self) {
         let _ = ccctl(&["policy", "clear"]);
+        // The tests' own audit log (`ccctl()` points $CCCTL_AUDIT there).
+        let _ = std::fs::remove_file(super::test_audit_log());
     }
 }
 
@@ -552,6 +554,7 @@ pub fn daemon_applies_rules_and_reloads_them_on_sighup() {
             .arg(&cfg)
             .arg("--lock")
             .arg(&lock)
+            .env("CCCTL_AUDIT", super::test_audit_log())
             .stderr(Stdio::piped())
             .spawn()
             .expect("ccctl daemon"),
@@ -800,6 +803,7 @@ pub fn policy_apply_survives_sigkill_anywhere() {
         let mut child = Spawned::new(
             Command::new(super::ccctl_bin())
                 .args(["policy", "apply", file.to_str().expect("utf-8")])
+                .env("CCCTL_AUDIT", super::test_audit_log())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -1171,6 +1171,16 @@ mod policy {
     }
 
     #[test]
+    fn policy_judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
+        crate::common::policy_judge::judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one();
+    }
+
+    #[test]
+    fn policy_apply_and_rollback_write_audit_lines() {
+        crate::common::policy_judge::apply_and_rollback_write_audit_lines();
+    }
+
+    #[test]
     fn policy_bad_files_change_nothing() {
         crate::common::policy::bad_policies_change_nothing();
     }

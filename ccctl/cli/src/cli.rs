@@ -92,6 +92,10 @@ pub struct LoadArgs {
     /// Load it from this BPF object file (your own build of the algorithm) instead of the object built into ccctl; it must register the algorithm's kernel name.
     #[arg(long, value_name = "FILE.bpf.o", conflicts_with = "replace")]
     pub object: Option<std::path::PathBuf>,
+    /// With --replace: the audit log to record the swap in (default: $CCCTL_AUDIT, else
+    /// /var/lib/ccctl/audit.jsonl).
+    #[arg(long, value_name = "FILE", requires = "replace")]
+    pub audit: Option<std::path::PathBuf>,
     /// Initial parameters (defaults for the rest), in force before the first flow can use it.
     #[command(flatten)]
     pub values: ParamFlags,
@@ -275,7 +279,22 @@ fn repair_state() {
 fn load(args: LoadArgs) -> Result<()> {
     let algo = registry::find(&args.algo)?;
     if args.replace {
+        use ccctl_core::policy::audit;
+        let mut log = crate::cli::policy::open_audit(&crate::cli::policy::AuditArg {
+            audit: args.audit.clone(),
+        })?;
         let r = ccctl_core::upgrade::replace(algo, fault_inject_from_env()?)?;
+        let mut rec = audit::Record::now(
+            audit::Action::Replace,
+            format!("ccctl load {} --replace", algo.name),
+        );
+        rec.outcome = serde_json::json!({
+            "algorithm": algo.name,
+            "kernel_name": algo.kernel_name,
+            "old_map_id": r.old_map_id,
+            "new_map_id": r.new_map_id,
+        });
+        crate::cli::policy::record(&mut log, &rec)?;
         println!(
             "replaced {} (`{}`) in place: struct_ops map {} -> {}; running connections keep the old object, new ones get the new one",
             algo.name, algo.kernel_name, r.old_map_id, r.new_map_id

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use ccctl_core::kernel;
-use ccctl_core::policy::{kernel as pk, CgroupRef, Conn, Policy, PolicyFile};
+use ccctl_core::policy::{audit, kernel as pk, CgroupRef, Conn, Policy, PolicyFile};
 use ccctl_observe::sockdiag::DiagSocket;
 
 #[derive(Debug, Subcommand)]
@@ -19,7 +19,22 @@ pub enum PolicyCommand {
     /// Roll a rule back: new connections it matches get its control, and its canary's live connections are moved back.
     Rollback(RollbackArgs),
     /// Remove the policy: programs detached, pins removed, the registrations it made unloaded.
-    Clear,
+    Clear(ClearArgs),
+}
+
+/// `--audit FILE`: where the change is recorded.
+#[derive(Debug, Args, Default)]
+pub struct AuditArg {
+    /// Audit log to append this change to (one JSON line); default: $CCCTL_AUDIT, else
+    /// /var/lib/ccctl/audit.jsonl. A log that cannot be written refuses the change.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    #[command(flatten)]
+    pub audit: AuditArg,
 }
 
 #[derive(Debug, Args)]
@@ -32,6 +47,8 @@ pub struct ApplyArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub audit: AuditArg,
 }
 
 #[derive(Debug, Args)]
@@ -48,6 +65,27 @@ pub struct RollbackArgs {
     /// Why, for the record (kept with the rule's state).
     #[arg(long, default_value = "by hand (ccctl policy rollback)")]
     pub why: String,
+    #[command(flatten)]
+    pub audit: AuditArg,
+}
+
+/// The audit log for a command (`--audit`, `$CCCTL_AUDIT`, the default),
+/// opened before anything is changed.
+pub fn open_audit(arg: &AuditArg) -> Result<audit::Log> {
+    let path = audit::resolve(arg.audit.as_deref(), None);
+    audit::Log::open(&path).context(
+        "the audit log (--audit FILE or $CCCTL_AUDIT to put it elsewhere); nothing changed",
+    )
+}
+
+/// Append `rec`; a failure is the command's error (the change is made).
+pub fn record(log: &mut audit::Log, rec: &audit::Record) -> Result<()> {
+    log.append(rec).with_context(|| {
+        format!(
+            "the change is made but could not be recorded in {}",
+            log.path().display()
+        )
+    })
 }
 
 pub fn run(cmd: PolicyCommand) -> Result<()> {
@@ -55,7 +93,7 @@ pub fn run(cmd: PolicyCommand) -> Result<()> {
         PolicyCommand::Apply(a) => apply(a),
         PolicyCommand::Show(a) => show(a),
         PolicyCommand::Rollback(a) => rollback(a),
-        PolicyCommand::Clear => clear(),
+        PolicyCommand::Clear(a) => clear(a),
     }
 }
 
@@ -118,10 +156,17 @@ fn apply(args: ApplyArgs) -> Result<()> {
         println!("(new connections only: live ones keep their algorithm)");
         return Ok(());
     }
-    let report = pk::apply(
-        &policy,
-        &format!("ccctl policy apply {}", args.file.display()),
-    )?;
+    let mut log = open_audit(&args.audit)?;
+    let why = format!("ccctl policy apply {}", args.file.display());
+    let report = pk::apply(&policy, &why)?;
+    let mut rec = audit::Record::now(audit::Action::Apply, why);
+    // The rules as applied (derived registrations named).
+    rec.rules = match pk::current() {
+        Ok(Some(doc)) => doc.rules.iter().map(|r| (&r.rule).into()).collect(),
+        _ => policy.rules.iter().map(Into::into).collect(),
+    };
+    rec.outcome = serde_json::to_value(&report)?;
+    record(&mut log, &rec)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -337,7 +382,16 @@ fn show(args: ShowArgs) -> Result<()> {
 
 fn rollback(args: RollbackArgs) -> Result<()> {
     kernel::check_privileges().context("ccctl policy rollback")?;
+    let mut log = open_audit(&args.audit)?;
+    let rule = pk::current()
+        .ok()
+        .flatten()
+        .and_then(|d| d.rules.into_iter().find(|r| r.rule.name == args.name));
     let r = pk::rollback(&args.name, &args.why)?;
+    let mut rec = audit::Record::now(audit::Action::Rollback, args.why.clone());
+    rec.rules = rule.iter().map(|r| (&r.rule).into()).collect();
+    rec.outcome = serde_json::to_value(&r)?;
+    record(&mut log, &rec)?;
     println!(
         "rolled back {}: new connections it matches get {}; {} live canary connection(s) moved back to {} ({} failed) in {}",
         r.rule,
@@ -354,9 +408,18 @@ fn rollback(args: RollbackArgs) -> Result<()> {
     Ok(())
 }
 
-fn clear() -> Result<()> {
+fn clear(args: ClearArgs) -> Result<()> {
     kernel::check_privileges().context("ccctl policy clear")?;
+    let mut log = open_audit(&args.audit)?;
+    let before = pk::current().ok().flatten();
     let r = pk::clear()?;
+    let mut rec = audit::Record::now(audit::Action::Clear, "ccctl policy clear");
+    rec.rules = before
+        .iter()
+        .flat_map(|d| d.rules.iter().map(|r| (&r.rule).into()))
+        .collect();
+    rec.outcome = serde_json::to_value(&r)?;
+    record(&mut log, &rec)?;
     if !r.had_policy && r.unloaded.is_empty() {
         println!("no policy applied; nothing to do");
         return Ok(());

@@ -4,6 +4,7 @@
 //!
 //! ```toml
 //! on_exit = "unload"          # or "leave": what SIGTERM does to the algorithms
+//! audit = "/var/lib/ccctl/audit.jsonl"  # the policy's audit log ($CCCTL_AUDIT wins)
 //!
 //! [[algorithms]]
 //! name = "bpf-bbr"                # ccctl user or kernel name
@@ -189,6 +190,10 @@ pub struct DaemonConfig {
     /// file; see `ccctl_core::policy`): applied at start and on SIGHUP.
     #[serde(default, rename = "rule")]
     pub rules: Vec<ccctl_core::policy::RuleSpec>,
+    /// The audit log of policy changes (default /var/lib/ccctl/audit.jsonl;
+    /// `$CCCTL_AUDIT` wins over this).
+    #[serde(default)]
+    pub audit: Option<PathBuf>,
 }
 
 /// Smallest rotation size: below it files would be mostly footer.
@@ -290,6 +295,14 @@ impl DaemonConfig {
         }
         if let Some(m) = &self.metrics {
             m.addr().map_err(|e| format!("metrics.listen: {e}"))?;
+        }
+        if let Some(a) = &self.audit {
+            if a.as_os_str().is_empty() || a.is_dir() {
+                return Err(format!(
+                    "audit: `{}` must name a file (the audit log, appended to)",
+                    a.display()
+                ));
+            }
         }
         self.policy()?;
         Ok(())
@@ -630,6 +643,8 @@ mod fuzz {
                     || e.contains("trace")
                     || e.contains("on_exit")
                     || e.contains("metrics")
+                    || e.starts_with("audit:")
+                    || e.contains("rule[")
                     || e.contains("unknown field")
                     || e.contains("missing field");
                 prop_assert!(named, "refusal names no field: {e}\n{text}");

@@ -21,6 +21,15 @@
 //! | `ccctl_config_last_reload_timestamp_seconds` | gauge | | Unix time of the start or the last SIGHUP |
 //! | `ccctl_config_last_reload_success` | gauge 0/1 | | whether that configuration was applied |
 //! | `ccctl_config_reloads_total` | counter | `result` = `applied`, `refused` | SIGHUPs |
+//! | `ccctl_policy_rule_state` | gauge 0/1 | `rule`, `state` = `canary`, `active`, `rolled_back` | the applied policy (`active`: the rule takes all its connections, promoted) |
+//! | `ccctl_policy_rule_connections_total` | counter | `rule`, `group` = `canary`, `control`, `app_kept`, `failed` | the sockops program's counters: new connections the rule took, by what they got |
+//! | `ccctl_policy_rule_rolled_back_connections_total` | counter | `rule` | live connections a rollback moved back |
+//! | `ccctl_policy_rule_auto_rollbacks_total` | counter | `rule` | rollbacks the daemon's canary judge made |
+//! | `ccctl_policy_rule_breaching` | gauge 0/1 | `rule` | the judge saw a threshold crossed at its last interval |
+//! | `ccctl_policy_group_flows` | gauge | `rule`, `group` = `canary`, `control` | established connections counted in the last interval (inet_diag, by congestion control name) |
+//! | `ccctl_policy_group_goodput_bits_per_second` | gauge | `rule`, `group` | mean per connection, from `bytes_acked` deltas over the last interval |
+//! | `ccctl_policy_group_rtt_seconds` | gauge | `rule`, `group` | mean smoothed RTT |
+//! | `ccctl_policy_group_retransmission_ratio` | gauge | `rule`, `group` | retransmitted / sent segments over the last interval |
 //!
 //! The BPF counters reset when every algorithm is unloaded and one loaded
 //! again (new maps); Prometheus's `rate()` handles counter resets.
@@ -49,6 +58,8 @@ pub struct Shared {
     /// User names of the algorithms in the configuration in force.
     pub configured: Mutex<Vec<&'static str>>,
     pub reload: Mutex<Reload>,
+    /// The policy rules' latest group numbers (the judge's sampler).
+    pub policy: super::judge::Views,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -248,9 +259,121 @@ pub fn render(shared: &Shared) -> Result<String> {
         reloads,
     );
 
+    policy_metrics(&mut reg, shared);
+
     let mut out = String::new();
     encode(&mut out, &reg).context("encoding the metrics")?;
     Ok(out)
+}
+
+/// The rollout policy's per-rule metrics (nothing when no policy is applied).
+fn policy_metrics(reg: &mut Registry, shared: &Shared) {
+    use ccctl_core::policy::kernel::{self as pk, RuleState};
+    let doc = match pk::current() {
+        Ok(Some(d)) => d,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!("metrics: reading the policy: {e}");
+            return;
+        }
+    };
+    let stats = pk::stats().unwrap_or_default();
+    let views = shared.policy.get();
+    let state = Family::<Labels, Gauge>::default();
+    let conns = Family::<Labels, Counter>::default();
+    let rolled = Family::<Labels, Counter>::default();
+    let auto = Family::<Labels, Counter>::default();
+    let breaching = Family::<Labels, Gauge>::default();
+    let flows = Family::<Labels, Gauge>::default();
+    let goodput = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let rtt = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let retrans = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    for r in &doc.rules {
+        let name = r.rule.name.clone();
+        let rl = vec![("rule", name.clone())];
+        for (s, v) in [
+            ("canary", RuleState::Canary),
+            ("active", RuleState::Active),
+            ("rolled_back", RuleState::RolledBack),
+        ] {
+            let mut l = rl.clone();
+            l.push(("state", s.to_string()));
+            state.get_or_create(&l).set(i64::from(r.state == v));
+        }
+        let st = stats.get(&r.rule.id).copied().unwrap_or_default();
+        for (g, v) in [
+            ("canary", st.canary),
+            ("control", st.control),
+            ("app_kept", st.app_kept),
+            ("failed", st.failed),
+        ] {
+            let mut l = rl.clone();
+            l.push(("group", g.to_string()));
+            conns.get_or_create(&l).inc_by(v);
+        }
+        rolled.get_or_create(&rl).inc_by(st.rolled_back);
+        let Some(v) = views.get(&name) else {
+            continue;
+        };
+        auto.get_or_create(&rl).inc_by(v.auto_rollbacks);
+        breaching.get_or_create(&rl).set(i64::from(v.breaching));
+        for (g, s) in [("canary", v.canary), ("control", v.control)] {
+            let mut l = rl.clone();
+            l.push(("group", g.to_string()));
+            flows.get_or_create(&l).set(i64::from(s.flows));
+            if s.flows > 0 {
+                goodput.get_or_create(&l).set(s.goodput_bps);
+                rtt.get_or_create(&l).set(s.rtt_ms / 1e3);
+                retrans.get_or_create(&l).set(s.retrans_ratio);
+            }
+        }
+    }
+    reg.register(
+        "policy_rule_state",
+        "The rule's state: canary (a share of its connections), active (all of them, promoted) or rolled_back",
+        state,
+    );
+    reg.register(
+        "policy_rule_connections",
+        "New connections the rule took, by what they got (the sockops program's counters)",
+        conns,
+    );
+    reg.register(
+        "policy_rule_rolled_back_connections",
+        "Live canary connections a rollback moved back",
+        rolled,
+    );
+    reg.register(
+        "policy_rule_auto_rollbacks",
+        "Rollbacks of the rule the daemon's canary judge made",
+        auto,
+    );
+    reg.register(
+        "policy_rule_breaching",
+        "Whether the canary judge saw a threshold crossed at its last interval",
+        breaching,
+    );
+    reg.register(
+        "policy_group_flows",
+        "Established connections of the group counted in the last interval (inet_diag)",
+        flows,
+    );
+    reg.register(
+        "policy_group_goodput_bits_per_second",
+        "Mean goodput per connection of the group over the last interval (bytes_acked deltas)",
+        goodput,
+    );
+    reg.register_with_unit(
+        "policy_group_rtt",
+        "Mean smoothed RTT of the group's connections",
+        Unit::Seconds,
+        rtt,
+    );
+    reg.register(
+        "policy_group_retransmission_ratio",
+        "Retransmitted / sent segments of the group over the last interval",
+        retrans,
+    );
 }
 
 /// Longest request head read (a scraper sends a few hundred bytes).

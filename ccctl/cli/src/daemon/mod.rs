@@ -22,6 +22,7 @@
 //!   nothing); a SIGHUP that moves it binds the new address first and is
 //!   refused, old configuration kept, if it cannot.
 pub mod config;
+pub mod judge;
 pub mod metrics;
 
 use std::collections::BTreeSet;
@@ -36,6 +37,7 @@ use anyhow::{bail, Context, Result};
 use ccctl_core::kernel;
 use ccctl_core::loader::{self, LoadOptions};
 use ccctl_core::params;
+use ccctl_core::policy::audit;
 use ccctl_core::registry;
 use ccctl_core::trace;
 
@@ -247,23 +249,68 @@ fn apply(cfg: &DaemonConfig, prev: Option<&DaemonConfig>, state: &mut State) -> 
     Ok(())
 }
 
+/// Append `rec` to the daemon's audit log; a failure is logged loudly
+/// (stderr and the journal) and counted, the daemon goes on.
+pub(crate) fn audit_write(log: &mut Option<audit::Log>, rec: &audit::Record) {
+    let Some(l) = log else {
+        return;
+    };
+    if let Err(e) = l.append(rec) {
+        eprintln!("ccctl daemon: error: {:?} not recorded: {e}", rec.action);
+        tracing::error!("audit log: {e}");
+    }
+}
+
+/// The daemon's audit log: `$CCCTL_AUDIT`, else `audit` in the config, else
+/// the default; opened before anything is changed (an error stops the start).
+fn open_audit(cfg: &DaemonConfig) -> Result<audit::Log> {
+    let path = audit::resolve(None, cfg.audit.as_deref());
+    audit::Log::open(&path).context("audit: the daemon's audit log")
+}
+
+/// A policy clear, recorded.
+fn clear_policy(log: &mut Option<audit::Log>, why: &str) -> Result<()> {
+    let before = ccctl_core::policy::kernel::current().ok().flatten();
+    let r = ccctl_core::policy::kernel::clear()?;
+    let mut rec = audit::Record::now(audit::Action::Clear, why);
+    rec.rules = before
+        .iter()
+        .flat_map(|d| d.rules.iter().map(|r| (&r.rule).into()))
+        .collect();
+    rec.outcome = serde_json::to_value(&r).unwrap_or_default();
+    audit_write(log, &rec);
+    Ok(())
+}
+
 /// The config's `[[rule]]` tables into the kernel: applied when they differ
 /// from what the daemon applied before (or at start), cleared when the
 /// config no longer has any (and the daemon had applied some).
-fn apply_policy(cfg: &DaemonConfig, prev: Option<&DaemonConfig>) -> Result<()> {
+fn apply_policy(
+    cfg: &DaemonConfig,
+    prev: Option<&DaemonConfig>,
+    log: &mut Option<audit::Log>,
+) -> Result<()> {
     let before = prev.map(|p| p.rules.as_slice());
     if before == Some(cfg.rules.as_slice()) {
         return Ok(());
     }
     if cfg.rules.is_empty() {
         if before.is_some_and(|b| !b.is_empty()) {
-            ccctl_core::policy::kernel::clear()?;
+            clear_policy(log, "ccctl daemon: no [[rule]] in the config")?;
             eprintln!("ccctl daemon: policy cleared (no [[rule]] in the config)");
         }
         return Ok(());
     }
     let policy = cfg.policy().map_err(anyhow::Error::msg)?;
-    let r = ccctl_core::policy::kernel::apply(&policy, "ccctl daemon config")?;
+    let why = "ccctl daemon config";
+    let r = ccctl_core::policy::kernel::apply(&policy, why)?;
+    let mut rec = audit::Record::now(audit::Action::Apply, why);
+    rec.rules = match ccctl_core::policy::kernel::current() {
+        Ok(Some(doc)) => doc.rules.iter().map(|r| (&r.rule).into()).collect(),
+        _ => policy.rules.iter().map(Into::into).collect(),
+    };
+    rec.outcome = serde_json::to_value(&r).unwrap_or_default();
+    audit_write(log, &rec);
     eprintln!(
         "ccctl daemon: policy applied: {} rule(s), generation {}",
         r.rules, r.generation
@@ -319,9 +366,17 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     shared.reloaded(true, false);
     // Bound before anything is loaded: a bad address changes nothing.
     let mut metrics_server = start_metrics(&rt, &cfg, &shared)?;
+    // Opened before anything is changed: a log that cannot be written
+    // stops the start. Only a daemon with rules records anything.
+    let mut audit_log = if cfg.rules.is_empty() && cfg.audit.is_none() {
+        None
+    } else {
+        Some(open_audit(&cfg)?)
+    };
+    let mut watcher = judge::Watcher::new();
     let result = (|| -> Result<()> {
         apply(&cfg, None, &mut state)?;
-        apply_policy(&cfg, None)?;
+        apply_policy(&cfg, None, &mut audit_log)?;
         let mut tracing_thread = match &cfg.trace {
             Some(t) => Some(Tracing::start(t, cfg.rotate_bytes(), &shared)?),
             None => None,
@@ -374,8 +429,18 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
                                 old.stop();
                             }
                         }
+                        if new.audit != cfg.audit || audit_log.is_none() && !new.rules.is_empty() {
+                            match open_audit(&new) {
+                                Ok(l) => audit_log = Some(l),
+                                Err(e) => {
+                                    eprintln!(
+                                        "ccctl daemon: SIGHUP: {e:#}; keeping the previous log"
+                                    )
+                                }
+                            }
+                        }
                         apply(&new, Some(&cfg), &mut state)?;
-                        apply_policy(&new, Some(&cfg))?;
+                        apply_policy(&new, Some(&cfg), &mut audit_log)?;
                         tracing_thread = match (tracing_thread.take(), &new.trace) {
                             (Some(t), Some(tc))
                                 if cfg.trace.as_ref().map(|o| {
@@ -419,6 +484,9 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
                     }
                 }
             }
+            if !cfg.rules.is_empty() {
+                watcher.tick(&shared.policy, &mut audit_log);
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
         shared.tracing.store(false, Ordering::Relaxed);
@@ -439,7 +507,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     let mut cleanup_err = None;
     // The policy goes before the algorithms it may use (`leave` keeps both).
     if !cfg.rules.is_empty() && (cfg.on_exit == OnExit::Unload || result.is_err()) {
-        if let Err(e) = ccctl_core::policy::kernel::clear() {
+        if let Err(e) = clear_policy(&mut audit_log, "ccctl daemon exit (on_exit)") {
             cleanup_err.get_or_insert(e);
         }
     }
@@ -448,7 +516,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
             if let Ok(algo) = registry::find(&a.name) {
                 if cfg.on_exit == OnExit::Unload || state.loaded_by_us.contains(algo.name) {
                     if let Err(e) = loader::unload(algo) {
-                        cleanup_err.get_or_insert(e);
+                        cleanup_err.get_or_insert(e.into());
                     }
                 }
             }
@@ -464,7 +532,7 @@ pub fn run(opts: DaemonOptions) -> Result<()> {
     );
     result?;
     if let Some(e) = cleanup_err {
-        return Err(e.into());
+        return Err(e);
     }
     Ok(())
 }

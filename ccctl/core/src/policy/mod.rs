@@ -21,6 +21,8 @@
 //! takes it; overlapping rules are reported ([`Overlap`]), not refused.
 //! Every refusal names the field (`rule[1].match.remote: ...`) and is
 //! returned before anything is changed.
+pub mod audit;
+pub mod judge;
 pub mod kernel;
 
 use std::collections::BTreeMap;
@@ -59,6 +61,9 @@ pub struct RuleSpec {
     pub control: Option<String>,
     #[serde(default)]
     pub enforce: bool,
+    /// `[rule.judge]`: the daemon's canary judge for this rule ([`judge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<judge::JudgeSpec>,
 }
 
 /// `match = { ... }`: every field given must match; none given matches all.
@@ -318,6 +323,9 @@ pub struct Rule {
     pub share: f64,
     pub control: Option<AlgoRef>,
     pub enforce: bool,
+    /// The canary judge's thresholds (the daemon acts on them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<judge::Thresholds>,
 }
 
 /// Two rules that can both match a connection: the earlier one takes it.
@@ -552,6 +560,21 @@ impl PolicyFile {
                 .as_deref()
                 .map(|c| algo_ref(&f("control"), c, &BTreeMap::new(), env))
                 .transpose()?;
+            let judge = match &r.judge {
+                None => None,
+                Some(j) => {
+                    if share >= 1.0 || control.is_none() {
+                        return Err(refuse(
+                            f("judge"),
+                            "a judge compares a canary with its control: the rule needs a share below 1 and a control",
+                        ));
+                    }
+                    Some(
+                        j.validate(&f("judge"))
+                            .map_err(|(field, message)| refuse(field, message))?,
+                    )
+                }
+            };
             rules.push(Rule {
                 name: r.name.clone(),
                 id,
@@ -565,6 +588,7 @@ impl PolicyFile {
                 share,
                 control,
                 enforce: r.enforce,
+                judge,
             });
         }
         let overlaps = overlaps(&rules);

@@ -1,0 +1,453 @@
+//! The daemon's canary judge (issue 28, piece 6), on the userspace path
+//! emulator: a harmful canary is rolled back by itself, a harmless one is
+//! not; every change is an audit line; the rules show in /metrics.
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ccctl_core::policy::audit::{self, Action};
+use ccctl_core::policy::judge::Breach;
+use ccctl_lab::testbed::{Role, SenderConfig, Testbed, TestbedConfig};
+
+use super::policy::{by_cc, sockets_to, PolicyGuard};
+use super::{ccctl, ccctl_env, tempdir, Spawned};
+
+const RATE: u64 = 100_000_000;
+const RTT: Duration = Duration::from_millis(10);
+
+/// One sender, 100 Mbit/s, 10 ms, a 0.25 BDP buffer (31 kB, 20 packets).
+fn shallow_testbed() -> Testbed {
+    let bdp = RATE / 8 * RTT.as_millis() as u64 / 1000;
+    let mut cfg = TestbedConfig::new(RATE, bdp / 4).userspace();
+    cfg.senders = vec![SenderConfig {
+        rtt: RTT,
+        gate: None,
+    }];
+    super::flows::testbed(cfg)
+}
+
+fn ns(tb: &Testbed, role: Role) -> std::path::PathBuf {
+    ccctl_sys::netns::named(&tb.ns(role))
+}
+
+/// A listener in the receiver's namespace reading and dropping everything.
+struct Sink {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    addr: SocketAddr,
+}
+
+impl Sink {
+    fn start(tb: &Testbed, port: u16) -> Sink {
+        let addr = SocketAddr::new(tb.receiver_addr(), port);
+        let l = ccctl_sys::netns::run_in(&ns(tb, Role::Receiver), || TcpListener::bind(addr))
+            .expect("entering the receiver namespace")
+            .expect("listening");
+        l.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let t = std::thread::spawn(move || {
+            let mut readers = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((mut c, _)) => {
+                        let s = s.clone();
+                        let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
+                        readers.push(std::thread::spawn(move || {
+                            let mut b = vec![0u8; 1 << 16];
+                            while !s.load(Ordering::Relaxed) {
+                                match c.read(&mut b) {
+                                    Ok(0) => break,
+                                    Ok(_) => {}
+                                    Err(e)
+                                        if e.kind() == std::io::ErrorKind::WouldBlock
+                                            || e.kind() == std::io::ErrorKind::TimedOut => {}
+                                    Err(_) => break,
+                                }
+                            }
+                        }));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for r in readers {
+                let _ = r.join();
+            }
+        });
+        Sink {
+            stop,
+            threads: vec![t],
+            addr,
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Bulk senders: each connection writes until dropped.
+struct Bulk {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Bulk {
+    fn start(conns: Vec<TcpStream>) -> Bulk {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = conns
+            .into_iter()
+            .map(|mut c| {
+                let s = stop.clone();
+                std::thread::spawn(move || {
+                    let _ = c.set_write_timeout(Some(Duration::from_millis(200)));
+                    let buf = vec![0x5au8; 1 << 16];
+                    while !s.load(Ordering::Relaxed) {
+                        match c.write(&buf) {
+                            Ok(_) => {}
+                            Err(e)
+                                if e.kind() == std::io::ErrorKind::WouldBlock
+                                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+                            Err(e) => panic!("a bulk connection failed (reset?): {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        Bulk { stop, threads }
+    }
+
+    fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().expect("a bulk sender panicked");
+        }
+    }
+}
+
+impl Drop for Bulk {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `per_side` local ports on each side of a 50 % canary toward `to`.
+fn split_ports(from: IpAddr, to: SocketAddr, first: u16, per_side: usize) -> Vec<u16> {
+    let (mut can, mut ctl) = (Vec::new(), Vec::new());
+    for p in first.. {
+        let h = ccctl_core::policy::canary_hash(from, p, to.ip(), to.port());
+        let side = if ccctl_core::policy::in_canary(h, 5000) {
+            &mut can
+        } else {
+            &mut ctl
+        };
+        if side.len() < per_side {
+            side.push(p);
+        }
+        if can.len() == per_side && ctl.len() == per_side {
+            break;
+        }
+    }
+    can.into_iter().chain(ctl).collect()
+}
+
+fn connect_ports(tb: &Testbed, to: SocketAddr, ports: &[u16]) -> Vec<TcpStream> {
+    ports
+        .iter()
+        .flat_map(|&p| super::policy::connect(tb, 0, to, 1, Some(p)))
+        .collect()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn scrape(port: u16) -> String {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut out = String::new();
+    c.read_to_string(&mut out).expect("answer");
+    out
+}
+
+/// The value of the metric line starting with `prefix` (name and labels).
+fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn state(rule: &str) -> String {
+    let v: serde_json::Value =
+        serde_json::from_str(&ccctl(&["policy", "show", "--json"]).ok().stdout).expect("json");
+    v["policy"]["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["name"] == rule)
+        .map(|r| r["state"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+/// The harmful canary: ccctl's BBR (loss-blind) with cwnd_gain 3 beside
+/// Cubic on a 0.25 BDP buffer takes most of the path and retransmits more
+/// than Cubic; the judge (goodput ratio at most 2.5, retransmission ratio
+/// at most 5, held 3 s, sampled every 1 s) rolls it back within 15 s,
+/// its live connections moved to Cubic (none reset), and the audit line has the thresholds and the numbers. Then the
+/// harmless canary (Reno beside Cubic, same judge, same window) stays.
+pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
+    let _g = PolicyGuard::new();
+    let tb = shallow_testbed();
+    let dir = tempdir("policy-judge");
+    let audit_path = dir.join("audit.jsonl");
+    let (bad_port, good_port) = (tb.alloc_port(), tb.alloc_port());
+    let metrics_port = free_port();
+    let sender_ns = ns(&tb, Role::Sender(0));
+    let judge = "[rule.judge]\nmax_rtt_ratio = 2.0\nmax_retrans_ratio = 5.0\nmin_goodput_ratio = 0.2\nmax_goodput_ratio = 2.5\nhold = \"3s\"\ninterval = \"1s\"\nmin_flows = 2\n";
+    let cfg = format!(
+        "on_exit = \"unload\"\naudit = \"{audit}\"\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n\
+         [[rule]]\nname = \"harmful\"\nmatch = {{ remote_port = {bad_port}, netns = \"{ns}\" }}\n\
+         algorithm = \"bbr\"\nparams = {{ cwnd_gain = 3.0 }}\nshare = 0.5\ncontrol = \"cubic\"\n{judge}\n\
+         [[rule]]\nname = \"harmless\"\nmatch = {{ remote_port = {good_port}, netns = \"{ns}\" }}\n\
+         algorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n{judge}",
+        audit = audit_path.display(),
+        ns = sender_ns.display(),
+    );
+    let cfg_path = dir.join("daemon.toml");
+    std::fs::write(&cfg_path, &cfg).expect("config");
+    let daemon = Spawned::new(
+        Command::new(super::ccctl_bin())
+            .args(["daemon", "--config"])
+            .arg(&cfg_path)
+            .arg("--lock")
+            .arg(dir.join("daemon.lock"))
+            .env_remove(audit::AUDIT_ENV)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ccctl daemon"),
+    );
+    super::lab::wait_for(
+        "the daemon to apply its rules",
+        Duration::from_secs(30),
+        || state("harmless") == "canary",
+    );
+    let window = Duration::from_secs(15);
+
+    // 1. Harmful: 4 canary + 4 control bulk connections.
+    let sink = Sink::start(&tb, bad_port);
+    let ports = split_ports(tb.sender_addr(0), sink.addr, 42000, 4);
+    let bulk = Bulk::start(connect_ports(&tb, sink.addr, &ports));
+    let started = Instant::now();
+    let mut rolled_after = None;
+    while started.elapsed() < window + Duration::from_secs(5) {
+        if state("harmful") == "rolled_back" {
+            rolled_after = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let socks = sockets_to(&tb, 0, Some(bad_port), 8);
+    let after = by_cc(&socks);
+    let m = scrape(metrics_port);
+    bulk.stop();
+    drop(sink);
+    let rolled_after = rolled_after.expect("the harmful canary was not rolled back");
+    println!("harmful canary rolled back after {rolled_after:?}; its connections now {after:?}");
+    assert!(
+        rolled_after <= window,
+        "rolled back after {rolled_after:?}, window {window:?}"
+    );
+    assert_eq!(
+        after.get("cubic"),
+        Some(&8),
+        "live canary connections moved to the control: {after:?}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "ccctl_policy_rule_state{rule=\"harmful\",state=\"rolled_back\"}"
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "ccctl_policy_rule_auto_rollbacks_total{rule=\"harmful\"}"
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "ccctl_policy_rule_connections_total{rule=\"harmful\",group=\"canary\"}"
+        ),
+        Some(4.0),
+        "{m}"
+    );
+    let recs = audit::read(&audit_path).expect("the audit log");
+    assert_eq!(recs[0].action, Action::Apply, "{recs:?}");
+    assert_eq!(recs[0].rules.len(), 2);
+    assert_eq!(recs[0].rules[0].kernel_name, "bpf_bbr_p1");
+    let auto: Vec<_> = recs
+        .iter()
+        .filter(|r| r.action == Action::AutoRollback)
+        .collect();
+    assert_eq!(auto.len(), 1, "{recs:?}");
+    assert_eq!(auto[0].rules[0].name, "harmful");
+    let d = auto[0].decision.as_ref().expect("the numbers that decided");
+    println!("decided: {}", auto[0].why);
+    println!(
+        "ratios: retransmission {:.2}, RTT {:.2}, goodput {:.2}",
+        d.retrans_ratio, d.rtt_ratio, d.goodput_ratio
+    );
+    assert!(d.held_s >= 3.0, "{d:?}");
+    assert_eq!(d.thresholds.max_retrans_ratio, 5.0);
+    assert!(d.canary.flows >= 2 && d.control.flows >= 2, "{d:?}");
+    assert!(!d.breaches.is_empty(), "{d:?}");
+    for b in &d.breaches {
+        match *b {
+            Breach::RetransRatio { measured, limit } | Breach::GoodputShare { measured, limit } => {
+                assert!(measured > limit, "{b:?}")
+            }
+            _ => panic!("a harmful canary breaches by retransmissions or by its share: {b:?}"),
+        }
+    }
+    assert_eq!(auto[0].outcome["moved"], 4, "{:?}", auto[0].outcome);
+    assert!(auto[0].why.contains("canary judge"), "{}", auto[0].why);
+
+    // 2. Harmless: the same split, judge and window; stays a canary.
+    let sink = Sink::start(&tb, good_port);
+    let ports = split_ports(tb.sender_addr(0), sink.addr, 43000, 4);
+    let bulk = Bulk::start(connect_ports(&tb, sink.addr, &ports));
+    let started = Instant::now();
+    let mut worst: Option<(f64, f64, f64)> = None;
+    while started.elapsed() < window {
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(
+            state("harmless"),
+            "canary",
+            "a harmless canary was rolled back"
+        );
+        let m = scrape(metrics_port);
+        let g = |name: &str, group: &str| {
+            metric(
+                &m,
+                &format!("ccctl_policy_group_{name}{{rule=\"harmless\",group=\"{group}\"}}"),
+            )
+        };
+        if let (Some(rc), Some(rl), Some(gc), Some(gl)) = (
+            g("retransmission_ratio", "canary"),
+            g("retransmission_ratio", "control"),
+            g("goodput_bits_per_second", "canary"),
+            g("goodput_bits_per_second", "control"),
+        ) {
+            let r = rc / rl.max(ccctl_core::policy::judge::RETRANS_FLOOR);
+            let gr = gc / gl.max(1.0);
+            println!("harmless: retransmission ratio {r:.2}, goodput ratio {gr:.2} (canary {:.1} Mbit/s/flow, control {:.1})", gc / 1e6, gl / 1e6);
+            let w = worst.get_or_insert((r, gr, 0.0));
+            w.0 = w.0.max(r);
+            w.1 = w.1.min(gr);
+            w.2 += 1.0;
+        }
+    }
+    let socks = sockets_to(&tb, 0, Some(good_port), 8);
+    let counts = by_cc(&socks);
+    bulk.stop();
+    drop(sink);
+    let (worst_r, worst_g, n) = worst.expect("the harmless rule's groups in /metrics");
+    println!("harmless over {n} samples: worst retransmission ratio {worst_r:.2}, worst goodput ratio {worst_g:.2}; {counts:?}");
+    assert!(n >= 5.0, "the judge sampled the harmless groups");
+    assert_eq!(counts.get("reno"), Some(&4), "{counts:?}");
+    assert_eq!(state("harmless"), "canary");
+
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::TERM);
+    let out = daemon.take().wait_with_output().expect("daemon exit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stderr}");
+    assert!(out.status.success(), "daemon: {stderr}");
+    let recs = audit::read(&audit_path).expect("the audit log");
+    let actions: Vec<Action> = recs.iter().map(|r| r.action).collect();
+    assert_eq!(
+        actions,
+        vec![Action::Apply, Action::AutoRollback, Action::Clear],
+        "no rollback of the harmless rule; the exit's clear recorded"
+    );
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `ccctl policy apply` and `rollback` by hand each append one line to
+/// `--audit FILE`; an audit log that cannot be written refuses the change.
+pub fn apply_and_rollback_write_audit_lines() {
+    let _g = PolicyGuard::new();
+    let dir = tempdir("policy-audit");
+    let log = dir.join("audit.jsonl");
+    let file = dir.join("policy.toml");
+    std::fs::write(
+        &file,
+        "[[rule]]\nname = \"a\"\nmatch = { remote_port = 45999 }\nalgorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n",
+    )
+    .expect("policy");
+    let f = file.to_str().expect("utf-8");
+    let l = log.to_str().expect("utf-8");
+    ccctl(&["policy", "apply", f, "--audit", l]).ok();
+    ccctl(&[
+        "policy",
+        "rollback",
+        "a",
+        "--why",
+        "test says so",
+        "--audit",
+        l,
+    ])
+    .ok();
+    // $CCCTL_AUDIT is the fallback.
+    ccctl_env(&["policy", "clear"], &[(audit::AUDIT_ENV, l)]).ok();
+    let recs = audit::read(&log).expect("audit log");
+    let actions: Vec<Action> = recs.iter().map(|r| r.action).collect();
+    assert_eq!(
+        actions,
+        vec![Action::Apply, Action::Rollback, Action::Clear]
+    );
+    assert_eq!(recs[0].rules[0].name, "a");
+    assert_eq!(recs[0].rules[0].share, 0.5);
+    assert_eq!(recs[0].rules[0].control.as_deref(), Some("cubic"));
+    assert_eq!(recs[1].why, "test says so");
+    assert_eq!(recs[1].outcome["to"], "cubic");
+    assert!(recs.iter().all(|r| r.who.uid == 0 && r.at.ends_with('Z')));
+    assert!(recs[1].who.command.iter().any(|a| a == "rollback"));
+    // An unwritable log: refused, nothing applied.
+    let bad = Path::new("/proc/ccctl-no/audit.jsonl");
+    ccctl(&[
+        "policy",
+        "apply",
+        f,
+        "--audit",
+        bad.to_str().expect("utf-8"),
+    ])
+    .failed_with(&["audit log", "nothing changed"]);
+    assert!(
+        !super::pin_root().join("policy").exists(),
+        "nothing applied"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -206,7 +206,7 @@ fn state(rule: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The harmful canary: ccctl's BBR (loss-blind) with cwnd_gain 3 beside
+/// The harmful canary: ccctl's BBR (`bpf-bbr`, loss-blind) with cwnd_gain 3 beside
 /// Cubic on a 0.25 BDP buffer takes most of the path and retransmits more
 /// than Cubic; the judge (goodput ratio at most 2.5, retransmission ratio
 /// at most 5, held 3 s, sampled every 1 s) rolls it back within 15 s,
@@ -224,7 +224,7 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
     let cfg = format!(
         "on_exit = \"unload\"\naudit = \"{audit}\"\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n\
          [[rule]]\nname = \"harmful\"\nmatch = {{ remote_port = {bad_port}, netns = \"{ns}\" }}\n\
-         algorithm = \"bbr\"\nparams = {{ cwnd_gain = 3.0 }}\nshare = 0.5\ncontrol = \"cubic\"\n{judge}\n\
+         algorithm = \"bpf-bbr\"\nparams = {{ cwnd_gain = 3.0 }}\nshare = 0.5\ncontrol = \"cubic\"\n{judge}\n\
          [[rule]]\nname = \"harmless\"\nmatch = {{ remote_port = {good_port}, netns = \"{ns}\" }}\n\
          algorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n{judge}",
         audit = audit_path.display(),

@@ -375,7 +375,10 @@ pub fn load_from_an_object_file() {
         &["load", "bpf-bbr", "--object", obj_s],
         &[("CCCTL_FAULT_INJECT", "verifier")],
     )
-    .failed_with(&["verifier rejected `bbr`", "no write support to tcp_sock"]);
+    .failed_with(&[
+        "verifier rejected `bpf-bbr`",
+        "no write support to tcp_sock",
+    ]);
     assert!(!out.stdout.contains("loaded"), "{}", out.stdout);
     assert_eq!(snapshot(), before, "a refused object changed the state");
 
@@ -400,7 +403,7 @@ pub fn load_from_an_object_file() {
 
     let out = ccctl(&["load", "bpf-bbr", "--object", obj_s]).ok();
     assert!(
-        out.stdout.contains("loaded bbr as `bpf_bbr`")
+        out.stdout.contains("loaded bpf-bbr as `bpf_bbr`")
             && out
                 .stdout
                 .contains(&format!("from the object file {obj_s}")),
@@ -408,7 +411,12 @@ pub fn load_from_an_object_file() {
         out.stdout
     );
     assert!(registered("bpf_bbr"));
-    for pin in ["bbr/link", "bbr/meta", "bbr/params", "shared/trace_events"] {
+    for pin in [
+        "bpf-bbr/link",
+        "bpf-bbr/meta",
+        "bpf-bbr/params",
+        "shared/trace_events",
+    ] {
         assert!(pin_root().join(pin).exists(), "no pin {pin}");
     }
     assert!(
@@ -417,7 +425,7 @@ pub fn load_from_an_object_file() {
     );
     let loaded = snapshot();
     ccctl(&["load", "bpf-bbr", "--object", obj_s])
-        .failed_with(&["bbr is already loaded", "Unload it first"]);
+        .failed_with(&["bpf-bbr is already loaded", "Unload it first"]);
     assert_eq!(snapshot(), loaded);
 
     ccctl(&["unload", "bpf-bbr"]).ok();

@@ -227,11 +227,7 @@ pub fn dry_run(policy: &Policy) -> Result<BTreeMap<String, Vec<Take>>> {
     let in_cgroup = |g: &CgroupRef, id: u64| subtrees.get(&g.path).is_some_and(|s| s.contains(&id));
     let mut out: BTreeMap<String, Vec<Take>> = BTreeMap::new();
     for (path, cookie) in spaces {
-        let diag = match &path {
-            None => DiagSocket::open(),
-            Some(p) => DiagSocket::open_in_netns(p),
-        }
-        .context("opening inet_diag")?;
+        let diag = DiagSocket::open_at(path.as_deref()).context("opening inet_diag")?;
         for s in diag.tcp_sockets().context("listing TCP connections")? {
             let c = Conn {
                 local: s.local.ip(),

@@ -201,11 +201,7 @@ fn sample(doc: &Applied) -> anyhow::Result<Groups> {
     let mut out = Groups::new();
     let not_below = |_: &ccctl_core::policy::CgroupRef, _: u64| false;
     for (path, cookie) in spaces {
-        let diag = match &path {
-            None => DiagSocket::open(),
-            Some(p) => DiagSocket::open_in_netns(p),
-        }
-        .context("opening inet_diag")?;
+        let diag = DiagSocket::open_at(path.as_deref()).context("opening inet_diag")?;
         for s in diag.tcp_sockets().context("listing TCP connections")? {
             let (Some(cc), Some(info)) = (&s.cc, &s.info) else {
                 continue;

@@ -69,6 +69,15 @@ impl DiagSocket {
         Self::from_socket(netlink_socket()?)
     }
 
+    /// [`DiagSocket::open_in_netns`] for a namespace given by its path, or
+    /// [`DiagSocket::open`] in this process's own for `None`.
+    pub fn open_at(netns_path: Option<&Path>) -> Result<Self, DiagError> {
+        match netns_path {
+            None => Self::open(),
+            Some(p) => Self::open_in_netns(p),
+        }
+    }
+
     /// Socket in the namespace at `netns_path` (e.g. `/run/netns/foo`, or
     /// `/proc/<pid>/ns/net`). The socket stays bound to that namespace for
     /// its life. The calling thread's namespace is left untouched (see the

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use ccctl_core::policy::judge::{group_sample, GroupSample, Judge, SockCounters, Verdict};
 use ccctl_core::policy::kernel::{self as pk, Applied, RuleState};
-use ccctl_core::policy::{audit, Conn, Policy};
+use ccctl_core::policy::{audit, Policy};
 use ccctl_observe::sockdiag::DiagSocket;
 
 /// What `/metrics` shows per rule.
@@ -209,14 +209,7 @@ fn sample(doc: &Applied) -> anyhow::Result<Groups> {
             if s.state != 1 {
                 continue;
             }
-            let c = Conn {
-                local: s.local.ip(),
-                local_port: s.local.port(),
-                remote: s.remote.ip(),
-                remote_port: s.remote.port(),
-                cgroup_id: s.cgroup_id,
-                netns_cookie: cookie,
-            };
+            let c = crate::cli::policy::conn_of(&s, cookie);
             let Some(rule) = policy.rules.iter().find(|r| r.matches(&c, &not_below)) else {
                 continue;
             };

@@ -189,7 +189,7 @@ while mounted; do umount /sys/fs/bpf || exit 90; done
 "$bin" load bpf-bbr || exit 91
 mounted || exit 92
 echo "mode $(stat -c %a /sys/fs/bpf)"
-test -d /sys/fs/bpf/ccctl/bbr || exit 93
+test -d /sys/fs/bpf/ccctl/bpf-bbr || exit 93
 "$bin" unload bpf-bbr || exit 94
 test -e /sys/fs/bpf/ccctl && exit 95
 exit 0

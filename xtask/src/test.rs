@@ -276,7 +276,9 @@ pub fn main(args: TestArgs) -> Result<i32> {
             eprintln!("xtask test: CCCTL_BIN={}", ccctl.display());
             if !args.vm_only {
                 let host = (|| -> Result<()> {
-                    let mut unit = vec!["test"];
+                    // --no-fail-fast: one failing test binary must not hide
+                    // the others' results (CI once counted 21 of 211).
+                    let mut unit = vec!["test", "--no-fail-fast"];
                     for p in UNIT_TEST_PACKAGES {
                         unit.extend(["-p", p]);
                     }

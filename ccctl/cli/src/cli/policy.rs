@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use ccctl_core::kernel;
-use ccctl_core::policy::{audit, kernel as pk, CgroupRef, Conn, Policy, PolicyFile};
+use ccctl_core::policy::{audit, kernel as pk, CgroupRef, Policy, PolicyFile};
 use ccctl_observe::sockdiag::DiagSocket;
 
 #[derive(Debug, Subcommand)]
@@ -229,7 +229,7 @@ pub fn dry_run(policy: &Policy) -> Result<BTreeMap<String, Vec<Take>>> {
     for (path, cookie) in spaces {
         let diag = DiagSocket::open_at(path.as_deref()).context("opening inet_diag")?;
         for s in diag.tcp_sockets().context("listing TCP connections")? {
-            let c = conn_of(&s, cookie);
+            let c = s.conn(cookie);
             if let Some(d) = policy.decide(&c, &in_cgroup) {
                 out.entry(d.rule).or_default().push(Take {
                     local: s.local,
@@ -418,17 +418,4 @@ fn clear(args: ClearArgs) -> Result<()> {
         println!("  unloaded {u}");
     }
     Ok(())
-}
-
-/// The 4-tuple, cgroup and namespace the rules match, of a socket
-/// inet_diag listed in the namespace of `cookie`.
-pub(crate) fn conn_of(s: &ccctl_observe::sockdiag::TcpSocket, cookie: Option<u64>) -> Conn {
-    Conn {
-        local: s.local.ip(),
-        local_port: s.local.port(),
-        remote: s.remote.ip(),
-        remote_port: s.remote.port(),
-        cgroup_id: s.cgroup_id,
-        netns_cookie: cookie,
-    }
 }

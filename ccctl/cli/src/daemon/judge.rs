@@ -209,7 +209,7 @@ fn sample(doc: &Applied) -> anyhow::Result<Groups> {
             if s.state != 1 {
                 continue;
             }
-            let c = crate::cli::policy::conn_of(&s, cookie);
+            let c = s.conn(cookie);
             let Some(rule) = policy.rules.iter().find(|r| r.matches(&c, &not_below)) else {
                 continue;
             };

@@ -251,3 +251,18 @@ pub struct TcpSocket {
     /// its `bbr` only: see [`BbrInfo`].
     pub bbr: Option<BbrInfo>,
 }
+
+impl TcpSocket {
+    /// The 4-tuple, cgroup and namespace a rollout policy's rules match,
+    /// for a socket listed in the network namespace of `netns_cookie`.
+    pub fn conn(&self, netns_cookie: Option<u64>) -> ccctl_core::policy::Conn {
+        ccctl_core::policy::Conn {
+            local: self.local.ip(),
+            local_port: self.local.port(),
+            remote: self.remote.ip(),
+            remote_port: self.remote.port(),
+            cgroup_id: self.cgroup_id,
+            netns_cookie,
+        }
+    }
+}

@@ -977,6 +977,8 @@ static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample 
 	e->cwnd_gain = cwnd_gain;
 	/* packets/us << BW_SCALE -> bytes/s, without the pacing margin */
 	e->btl_bw = ((u64)bbr_bw(bbr) * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
+	e->bbr_min_rtt_us = bbr->min_rtt_us;
+	e->bbr_min_rtt_age_ms = tcp_clock_ms(tcp_sk(sk)) - bbr->min_rtt_stamp_ms;
 	bbr_hook_trace(sk, e, v);
 	ccctl_trace_commit(e);
 }

@@ -363,10 +363,13 @@ struct ccctl_event {
 				   * timers read on this ACK (its arrival) the event was taken */
 	__u64 dstar_delivery_rate;   /* bytes/s: eq. 1's estimate from the last GAIN 2 */
 	__u64 dstar_min_rtt_stamp_ns;/* when dstar_min_rtt_us was last refreshed, ts_ns's clock */
+	/* BBR family, after the others so older readers' offsets hold */
+	__u32 bbr_min_rtt_us;     /* BBR's own min_rtt filter (RTprop), us; not tcp_min_rtt */
+	__u32 bbr_min_rtt_age_ms; /* ms since that filter was last refreshed: PROBE_RTT at 10 s */
 };
 
-/* The event is 248 bytes with no implicit padding on either side. */
-#define CCCTL_EVENT_SIZE 248
+/* The event is 256 bytes with no implicit padding on either side. */
+#define CCCTL_EVENT_SIZE 256
 
 
 /*

@@ -26,7 +26,7 @@
 #include "ccctl_common.h"
 #include <bpf/bpf_endian.h>
 
-/* Ring buffer size, bytes: 8 MiB is ~32 000 events (248 bytes plus an 8-byte
+/* Ring buffer size, bytes: 8 MiB is ~32 000 events (256 bytes plus an 8-byte
  * record header each), ~0.08 s of a 10 Gbit/s flow traced on every ACK (one
  * ACK per two 1500-byte segments).  The loader may override it (tests shrink it). */
 #define CCCTL_TRACE_RING_BYTES (8u << 20)

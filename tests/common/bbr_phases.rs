@@ -48,7 +48,8 @@ pub struct Point {
     /// The kernel's tcp_min_rtt (tcp_info's `tcpi_min_rtt`, the trace's
     /// `min_rtt_us`), us: the same quantity on both sides.
     pub tcp_min_rtt_us: f64,
-    /// BBR's own min_rtt filter, us, where it is visible (the kernel's).
+    /// BBR's own min_rtt filter, us: the kernel's from INET_DIAG_BBRINFO,
+    /// bpf_bbr's from its trace (`bbr_min_rtt_us`).
     pub bbr_min_rtt_us: Option<f64>,
     pub cwnd: u32,
     pub delivered: u32,
@@ -80,6 +81,15 @@ pub struct Phases {
     pub cycle_rtts: f64,
     /// Start of each PROBE_RTT, s since the flow's start.
     pub probe_rtt_starts: Vec<f64>,
+    /// For each PROBE_RTT whose restamp the readings show, s from BBR's
+    /// last min_rtt restamp to the PROBE_RTT's start: the later of the
+    /// previous PROBE_RTT's end (tcp_bbr.c's bbr_check_probe_rtt_done()
+    /// restamps min_rtt) and the last reading whose min_rtt filter fell
+    /// below the reading before it (a strictly lower sample restamps it).
+    /// A first PROBE_RTT with no fall before it is left out: its stamp is
+    /// bbr_init()'s, at the handshake, before bpf_bbr's first traced ACK.
+    /// tcp_bbr.c: 10 s (bbr_min_rtt_win_sec).
+    pub min_rtt_age_at_probe_rtt: Vec<f64>,
     /// Each PROBE_RTT: how long cwnd stayed <= 4 (ms), and the largest
     /// cwnd it read while in PROBE_RTT after its first 5 ms.
     pub probe_rtt_low_cwnd_ms: Vec<f64>,
@@ -207,6 +217,7 @@ pub fn phases(p: &[Point]) -> Phases {
             .unwrap_or(0);
         ph.probe_rtt_max_cwnd.push(settled);
     }
+    ph.min_rtt_age_at_probe_rtt = min_rtt_ages(p, &runs(p, dr_end, prtt));
 
     // PROBE_BW: cwnd gain 2 after DRAIN.
     let pbw = |x: &Point| near(x.cwnd_gain, 2.0) && !prtt(x);
@@ -268,6 +279,33 @@ pub fn phases(p: &[Point]) -> Phases {
     ph
 }
 
+/// [`Phases::min_rtt_age_at_probe_rtt`] for the PROBE_RTT `episodes`
+/// (first, last reading), read from BBR's own min_rtt filter; empty if the
+/// readings do not carry it.
+fn min_rtt_ages(p: &[Point], episodes: &[(usize, usize)]) -> Vec<f64> {
+    if p.iter().any(|x| x.bbr_min_rtt_us.is_none()) {
+        return Vec::new();
+    }
+    let filter = |i: usize| p[i].bbr_min_rtt_us.unwrap_or(f64::NAN);
+    let mut out = Vec::new();
+    let mut stamp = None;
+    let mut scan = 1;
+    for &(a, b) in episodes {
+        for i in scan..a {
+            if filter(i) < filter(i - 1) {
+                stamp = Some(p[i].t);
+            }
+        }
+        if let Some(s) = stamp {
+            out.push(p[a].t - s);
+        }
+        // bbr_check_probe_rtt_done(): the first reading after the episode.
+        stamp = Some(p[(b + 1).min(p.len() - 1)].t);
+        scan = (b + 2).min(p.len());
+    }
+    out
+}
+
 /// The kernel's bbr socket as inet_diag saw it.
 fn kernel_points(samples: &[Sample]) -> Vec<Point> {
     let t0 = samples.first().map_or(0.0, |s| s.t);
@@ -297,11 +335,12 @@ fn trace_points(df: &polars::prelude::DataFrame, port: u16) -> Vec<Point> {
     let sport = u64s(df, "sport");
     let ts = u64s(df, "ts_ns");
     let col = |n: &str| -> Vec<f64> { f64s(df, n).into_iter().map(|v| v.unwrap_or(0.0)).collect() };
-    let (pg, cg, bw, rtt) = (
+    let (pg, cg, bw, rtt, filter) = (
         col("pacing_gain"),
         col("cwnd_gain"),
         col("btl_bw_bps"),
         col("min_rtt_us"),
+        col("bbr_min_rtt_us"),
     );
     let (cwnd, dlv, fl) = (col("cwnd"), col("delivered"), col("in_flight"));
     let algo = strs(df, "algo");
@@ -327,7 +366,7 @@ fn trace_points(df: &polars::prelude::DataFrame, port: u16) -> Vec<Point> {
             cwnd_gain: cg[i],
             bw_bps: bw[i],
             tcp_min_rtt_us: rtt[i],
-            bbr_min_rtt_us: None,
+            bbr_min_rtt_us: Some(filter[i]),
             cwnd: cwnd[i] as u32,
             delivered: dlv[i] as u32,
             in_flight: fl[i] as u32,
@@ -532,11 +571,33 @@ pub fn lines() -> Vec<Line> {
             margin: 1.0,
             get: |p| vec![p.probe_rtt_starts.len() as f64],
         },
+        // When PROBE_RTT comes, as tcp_bbr.c decides it: 10 s after BBR's
+        // min_rtt was last restamped (by a strictly lower sample or by the
+        // end of the last PROBE_RTT), both read from the filter itself. The
+        // readings are 4 ms apart on both sides and the kernel counts in
+        // jiffies (4 ms at HZ=250), so 10 s -8/+20 ms; a filter that ages
+        // from the PROBE_RTT's start, or over another window, is off by
+        // 250 ms or more.
+        Line {
+            name: "PROBE_RTT after min_rtt restamp",
+            unit: "s",
+            spec: Some((9.992, 10.02)),
+            margin: 0.012,
+            get: |p| p.min_rtt_age_at_probe_rtt.clone(),
+        },
+        // Start to start: the two lines above and below (10 s after the
+        // restamp; the PROBE_RTT's length) plus when, after a PROBE_RTT,
+        // a strictly lower RTT sample restamps the filter, which is chance:
+        // the kernel's own interval read 10.25-10.50 s over runs of one day
+        // (2026-11-25) and 10.38 s in both runs of another (2026-11-27,
+        // bpf_bbr 10.26 s). Bounded by the spec and by one PROBE_BW cycle
+        // (8 x 40 ms) plus the resolution against the kernel; the mechanism
+        // is checked by the age line.
         Line {
             name: "PROBE_RTT interval",
             unit: "s",
             spec: Some((9.9, 11.0)),
-            margin: 0.14,
+            margin: 0.33,
             get: |p| p.probe_rtt_starts.windows(2).map(|w| w[1] - w[0]).collect(),
         },
         Line {
@@ -568,6 +629,13 @@ pub fn lines() -> Vec<Line> {
             get: |p| vec![p.btl_bw_mbit],
         },
         Line {
+            name: "min_rtt (bbr filter), median in PROBE_BW",
+            unit: "ms",
+            spec: None,
+            margin: 0.0, // relative: set in compare()
+            get: |p| vec![p.bbr_min_rtt_ms.unwrap_or(f64::NAN)],
+        },
+        Line {
             name: "min_rtt (tcp), median in PROBE_BW",
             unit: "ms",
             spec: None,
@@ -588,9 +656,33 @@ fn relative_margin(name: &str) -> Option<f64> {
     }
 }
 
+/// Which lines a run judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judge {
+    /// Every line: a path with the host's timers (the userspace emulator).
+    Every,
+    /// Only what the code decides whatever the clock does: the gains, the
+    /// gains PROBE_BW never uses, PROBE_RTT's window and hold, when
+    /// PROBE_RTT comes after min_rtt's restamp, the model's medians. For
+    /// the 6.1 VM under TCG, whose late timers stretch phases for the
+    /// kernel's bbr itself (2026-11-27, load from two builds: its 1.25 phase
+    /// lasted 5.0 min_rtt in one run and one of its two 23 s runs had no
+    /// PROBE_RTT at all). The other lines are printed, not judged.
+    CodeDecided,
+}
+
+fn code_decided(name: &str) -> bool {
+    name.ends_with("gain")
+        || name == "PROBE_BW time at other gains"
+        || name.starts_with("PROBE_RTT cwnd")
+        || name == "PROBE_RTT largest cwnd"
+        || name == "PROBE_RTT after min_rtt restamp"
+        || name.contains("median in PROBE_BW")
+}
+
 /// Builds the table from the runs of each side; returns it and the
-/// failures, each naming its phase.
-pub fn compare(kernel: &[Phases], bpf: &[Phases]) -> (String, Vec<String>) {
+/// failures of the lines `judge` takes, each naming its phase.
+pub fn compare(kernel: &[Phases], bpf: &[Phases], judge: Judge) -> (String, Vec<String>) {
     let mut table = format!(
         "{:<36} {:>8} | {:>22} {:>9} | {:>22} {:>9} | {:>9} {:>9}\n",
         "line", "unit", "bbr runs", "median", "bpf_bbr runs", "median", "spread", "margin"
@@ -626,8 +718,9 @@ pub fn compare(kernel: &[Phases], bpf: &[Phases]) -> (String, Vec<String>) {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
+        let judged = judge == Judge::Every || code_decided(l.name);
         table.push_str(&format!(
-            "{:<36} {:>8} | {:>22} {:>9} | {:>22} {:>9} | {:>9} {:>9}\n",
+            "{:<36} {:>8} | {:>22} {:>9} | {:>22} {:>9} | {:>9} {:>9}{}\n",
             l.name,
             l.unit,
             show(&kr),
@@ -635,8 +728,12 @@ pub fn compare(kernel: &[Phases], bpf: &[Phases]) -> (String, Vec<String>) {
             show(&br),
             fmt(bm),
             fmt(spread),
-            fmt(margin)
+            fmt(margin),
+            if judged { "" } else { "  (not judged)" }
         ));
+        if !judged {
+            continue;
+        }
         if let Some((lo, hi)) = l.spec {
             for (who, all) in [("kernel bbr", &kall), ("bpf_bbr", &ball)] {
                 let bad: Vec<f64> = all
@@ -680,6 +777,7 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
     secs: u64,
     order: &[&'static str],
     figure: &str,
+    judge: Judge,
 ) {
     let _clean = Clean::new();
     ccctl(&["load", "bpf-bbr"]).ok();
@@ -705,7 +803,7 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
     }
     let _ = tb.destroy();
     let _ = std::fs::remove_dir_all(&dir);
-    let (table, fails) = compare(&kernel, &bpf);
+    let (table, fails) = compare(&kernel, &bpf, judge);
     let starts = |runs: &[Phases]| {
         runs.iter()
             .map(|p| format!("{:.2?}", p.probe_rtt_starts))
@@ -713,9 +811,7 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
             .join(" ")
     };
     let extra = format!(
-        "kernel bbr's own min_rtt filter (INET_DIAG_BBRINFO), median in PROBE_BW: {:?} ms\n\
-         PROBE_RTT starts, s from the first data ACK: bbr {}, bpf_bbr {}",
-        kernel.iter().map(|p| p.bbr_min_rtt_ms).collect::<Vec<_>>(),
+        "PROBE_RTT starts, s from the first data ACK: bbr {}, bpf_bbr {}",
         starts(&kernel),
         starts(&bpf)
     );
@@ -727,15 +823,23 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
 /// A BBR flow as the spec draws it, read every [`SAMPLE_MS`] ms: STARTUP
 /// (10 doubling rounds of 40 ms at `startup_gain`), one 40 ms DRAIN, then
 /// PROBE_BW phases of 44 ms (cycle 1.25, `down_gain`, 1.0 x 6, from phase
-/// 2), PROBE_RTTs of 260 ms at cwnd `probe_rtt_cwnd` starting at 10.0 s and
-/// 20.2 s; 23 s in all.
-pub fn synthetic(startup_gain: f64, down_gain: f64, probe_rtt_cwnd: u32) -> Vec<Point> {
+/// 2), PROBE_RTTs of 260 ms at cwnd `probe_rtt_cwnd` starting at 10.0 s
+/// (10 s after the flow's start, min_rtt never falling) and at
+/// `second_probe_rtt` s (20.26: 10 s after the first one ended); 23 s in all.
+pub fn synthetic(
+    startup_gain: f64,
+    down_gain: f64,
+    probe_rtt_cwnd: u32,
+    second_probe_rtt: f64,
+) -> Vec<Point> {
     let mut out = Vec::new();
     let (mut phase, mut phase_t) = (2usize, 0.44);
     let mut delivered = 0u32;
     for k in 0..(23_000 / SAMPLE_MS) {
         let t = (k * SAMPLE_MS) as f64 / 1000.0;
-        let in_rtt = [10.0, 20.2].iter().any(|&s| (s..s + 0.26).contains(&t));
+        let in_rtt = [10.0, second_probe_rtt]
+            .iter()
+            .any(|&s| (s - 1e-9..s + 0.26 - 1e-9).contains(&t));
         let (pg, cg, cwnd, fl) = if t < 0.4 {
             let d = 10.0 * 2f64.powf(t / 0.04);
             delivered = d as u32;
@@ -763,7 +867,7 @@ pub fn synthetic(startup_gain: f64, down_gain: f64, probe_rtt_cwnd: u32) -> Vec<
             cwnd_gain: cg,
             bw_bps: 19.3e6,
             tcp_min_rtt_us: 40_300.0,
-            bbr_min_rtt_us: None,
+            bbr_min_rtt_us: Some(40_300.0),
             cwnd,
             delivered,
             in_flight: fl,
@@ -780,7 +884,7 @@ const BBR_DRAIN: f64 = 88.0 / 256.0;
 /// itself, each of the three wrong BBRs fails with a message naming its
 /// phase. No network: this checks the reading, the flows check bpf_bbr.
 pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
-    let good = phases(&synthetic(BBR_HIGH, 0.75, 4));
+    let good = phases(&synthetic(BBR_HIGH, 0.75, 4, 20.26));
     println!("{good:#?}");
     assert!((good.startup_pacing_gain - BBR_HIGH).abs() < 1e-9);
     assert_eq!(good.startup_exit_round, 10.0);
@@ -801,33 +905,46 @@ pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
         good.cruise_rtts
     );
     assert!(good.cycles > 50 && good.cycles == good.cycles_in_order);
-    assert_eq!(good.probe_rtt_starts, [10.0, 20.2]);
+    assert_eq!(good.probe_rtt_starts, [10.0, 20.26]);
+    // The first PROBE_RTT's restamp (the flow's start, min_rtt never
+    // falling) is not in the readings: only the second is timed.
+    assert!(
+        good.min_rtt_age_at_probe_rtt.len() == 1
+            && (good.min_rtt_age_at_probe_rtt[0] - 10.0).abs() < 1e-6,
+        "{:?}",
+        good.min_rtt_age_at_probe_rtt
+    );
     assert_eq!(good.probe_rtt_max_cwnd, [4, 4]);
     assert!(good
         .probe_rtt_low_cwnd_ms
         .iter()
         .all(|&ms| (ms - 260.0).abs() < 1e-6));
     let kernel = [good.clone(), good.clone()];
-    let (table, fails) = compare(&kernel, &kernel);
+    let (table, fails) = compare(&kernel, &kernel, Judge::Every);
     assert!(fails.is_empty(), "{fails:#?}\n{table}");
     for (what, wrong, phase) in [
         (
             "STARTUP gain 2",
-            synthetic(2.0, 0.75, 4),
+            synthetic(2.0, 0.75, 4, 20.26),
             "STARTUP pacing gain",
         ),
         (
             "no 0.75 phase",
-            synthetic(BBR_HIGH, 1.0, 4),
+            synthetic(BBR_HIGH, 1.0, 4, 20.26),
             "PROBE_BW time at 0.75",
         ),
         (
             "PROBE_RTT keeps cwnd",
-            synthetic(BBR_HIGH, 0.75, 130),
+            synthetic(BBR_HIGH, 0.75, 130, 20.26),
             "PROBE_RTT cwnd <= 4",
         ),
+        (
+            "min_rtt not restamped when PROBE_RTT ends",
+            synthetic(BBR_HIGH, 0.75, 4, 20.0),
+            "PROBE_RTT after min_rtt restamp",
+        ),
     ] {
-        let (_, fails) = compare(&kernel, &[phases(&wrong), phases(&wrong)]);
+        let (_, fails) = compare(&kernel, &[phases(&wrong), phases(&wrong)], Judge::Every);
         assert!(
             fails.iter().any(|f| f.starts_with(phase)),
             "{what}: no failure on {phase}: {fails:#?}"

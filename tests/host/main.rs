@@ -213,6 +213,7 @@ mod flows {
             23,
             &["bbr", "bpf_bbr", "bbr", "bpf_bbr"],
             "host-bbr-phases.txt",
+            crate::common::bbr_phases::Judge::Every,
         );
     }
 

@@ -163,6 +163,8 @@ mod tests {
             dstar_gain_cwnd: 3,
             dstar_min_rtt_us: 4,
             dstar_min_rtt_stamp_ns: 5,
+            bbr_min_rtt_us: 40_300,
+            bbr_min_rtt_age_ms: 9_999,
             ..Default::default()
         }
     }
@@ -171,7 +173,7 @@ mod tests {
     fn decodes_a_hand_built_event() {
         let ev = sample_event();
         let bytes = to_bytes(&ev);
-        assert_eq!(bytes.len(), 248);
+        assert_eq!(bytes.len(), 256);
         // Offsets from the header, checked independently of bindgen.
         assert_eq!(&bytes[0..8], &123_456_789_000u64.to_ne_bytes());
         // IPv4 as ::ffff:a.b.c.d (RFC 4291 2.5.5.2), remote after the local.
@@ -192,6 +194,8 @@ mod tests {
         assert_eq!(&bytes[212..216], &3u32.to_ne_bytes());
         assert_eq!(&bytes[220..224], &4u32.to_ne_bytes());
         assert_eq!(&bytes[240..248], &5u64.to_ne_bytes());
+        assert_eq!(&bytes[248..252], &40_300u32.to_ne_bytes());
+        assert_eq!(&bytes[252..256], &9_999u32.to_ne_bytes());
         // Unaligned, and with a longer sample (appended fields are ignored).
         let mut buf = vec![0u8; 1];
         buf.extend_from_slice(&bytes);
@@ -221,16 +225,17 @@ mod tests {
             ),
             (2, 3, 4, 5)
         );
+        assert_eq!((d.bbr_min_rtt_us, d.bbr_min_rtt_age_ms), (40_300, 9_999));
         assert_eq!(dstar_mode_name(9), "unknown");
     }
 
     #[test]
     fn rejects_short_samples() {
         let bytes = to_bytes(&sample_event());
-        assert_eq!(decode(&bytes[..247]).err(), Some(ShortSample { len: 247 }));
+        assert_eq!(decode(&bytes[..255]).err(), Some(ShortSample { len: 255 }));
         assert_eq!(decode(&[]).err(), Some(ShortSample { len: 0 }));
         let msg = decode(&bytes[..8]).unwrap_err().to_string();
-        assert!(msg.contains("8 bytes") && msg.contains("248"), "{msg}");
+        assert!(msg.contains("8 bytes") && msg.contains("256"), "{msg}");
     }
 
     #[test]

@@ -45,6 +45,8 @@ macro_rules! with_event_columns {
             pacing_gain: F64, Bbr, |e| $crate::trace::event::gain(e.pacing_gain), "f64", "pacing gain as applied on this ACK (Modest BBR: after eq. 1 scaling), a factor";
             cwnd_gain: F64, Bbr, |e| $crate::trace::event::gain(e.cwnd_gain), "f64", "cwnd gain, a factor";
             btl_bw_bps: U64, Bbr, |e| $crate::trace::event::bits_per_s(e.btl_bw), "u64", "bottleneck bandwidth estimate, bit/s";
+            bbr_min_rtt_us: U32, Bbr, |e| e.bbr_min_rtt_us, "u32", "BBR's own min_rtt filter (RTprop estimate), us: what sets the BDP, unlike `min_rtt_us` (the kernel's tcp_min_rtt)";
+            bbr_min_rtt_age_ms: U32, Bbr, |e| e.bbr_min_rtt_age_ms, "u32", "ms since BBR's min_rtt filter was last refreshed; PROBE_RTT starts when it passes 10 000";
             min_win: U32, Modest, |e| e.min_win, "u32", "lower bound of the window search (Alg. 1), packets";
             max_win: U32, Modest, |e| e.max_win, "u32", "upper bound of the window search (Alg. 1), packets";
             last_cwnd: U32, Modest, |e| e.last_cwnd, "u32", "BBR's window (BtlBw x RTprop) stored when the search started, packets";

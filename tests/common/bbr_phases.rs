@@ -286,14 +286,14 @@ fn min_rtt_ages(p: &[Point], episodes: &[(usize, usize)]) -> Vec<f64> {
     if p.iter().any(|x| x.bbr_min_rtt_us.is_none()) {
         return Vec::new();
     }
-    let filter = |i: usize| p[i].bbr_min_rtt_us.unwrap_or(f64::NAN);
+    let filter = |x: &Point| x.bbr_min_rtt_us.unwrap_or(f64::NAN);
     let mut out = Vec::new();
     let mut stamp = None;
-    let mut scan = 1;
+    let mut scan: usize = 1;
     for &(a, b) in episodes {
-        for i in scan..a {
-            if filter(i) < filter(i - 1) {
-                stamp = Some(p[i].t);
+        if let Some(w) = p.get(scan.saturating_sub(1)..a) {
+            if let Some(fall) = w.windows(2).rfind(|w| filter(&w[1]) < filter(&w[0])) {
+                stamp = Some(fall[1].t);
             }
         }
         if let Some(s) = stamp {

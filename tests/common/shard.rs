@@ -60,13 +60,13 @@ fn merge(dirs: &[&Path], out: &Path) -> super::Run {
 }
 
 /// A copy of shard directory `src` with `metadata.json`'s `key` set to `value`.
-fn tampered(src: &Path, dst: &Path, key: &str, value: &str) -> PathBuf {
+fn tampered(src: &Path, dst: &Path, key: &str, value: impl Into<serde_json::Value>) -> PathBuf {
     fs::create_dir_all(dst).expect("copy dir");
     for f in ["scenario.toml", "records.json", "metadata.json"] {
         fs::copy(src.join(f), dst.join(f)).expect("copy");
     }
     let mut meta = metadata(dst);
-    meta[key] = serde_json::Value::String(value.to_string());
+    meta[key] = value.into();
     fs::write(dst.join("metadata.json"), meta.to_string()).expect("write");
     dst.to_path_buf()
 }
@@ -174,6 +174,12 @@ pub fn shards_merge_into_the_unsharded_run_and_mismatches_are_refused() {
     );
     merge(&[d[0], d[1], &failed], &refused).failed_with(&["did not complete"]);
     merge(&[d[0], d[1], &whole_dir], &refused).failed_with(&["not a shard directory"]);
+    // A shard written by a newer ccctl: refused by its format, with both versions.
+    let newer = tampered(d[2], &work.join("t-format"), "format", 2);
+    merge(&[d[0], d[1], &newer], &refused).failed_with(&[
+        "metadata.json: run directory format 2",
+        "reads formats 1 to 1",
+    ]);
     assert!(
         !refused.exists(),
         "a refused merge wrote {}",

@@ -23,7 +23,7 @@
 //! drops.
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::metrics;
 
@@ -155,7 +155,7 @@ pub struct SummaryRow {
 }
 
 /// Calibration result of one link setting.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Calibration {
     pub link_index: usize,
     pub rate_bps: f64,

@@ -96,10 +96,10 @@ pub fn sender_hosts(flows: &[FlowPlan]) -> (Vec<SenderConfig>, Vec<usize>) {
 }
 
 /// How a run's path was emulated and what the emulator cost.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PathUsage {
     /// `userspace` (ccctl-path) or `qdisc` (tbf, netem).
-    pub emulator: &'static str,
+    pub emulator: String,
     /// The userspace emulator's threads and their CPU time over the run.
     pub threads: usize,
     pub cpu_secs: f64,
@@ -241,7 +241,7 @@ pub fn run_job(
     let flow_secs = wall.elapsed().as_secs_f64() - setup_secs;
     let bottleneck = tb.bottleneck_stats().ok();
     let path_usage = PathUsage {
-        emulator: tb.config().path.name(),
+        emulator: tb.config().path.name().into(),
         threads: tb.path_cpu().map_or(0, |c| c.threads),
         cpu_secs: tb.path_cpu().map_or(0.0, |c| c.cpu.as_secs_f64()),
         cpu_share: tb

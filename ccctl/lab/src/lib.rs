@@ -14,7 +14,8 @@
 //! inet_diag; [`analyze`] cuts the warm-up and computes goodput, RTT,
 //! retransmissions, Jain's index and harm; [`output`] writes the run
 //! directory (scenario, metadata, `samples.parquet`, `summary.parquet`,
-//! `summary.txt`, plots).
+//! `summary.txt`, plots), whose layout and formats [`run_dir`] defines for
+//! every writer and reader.
 //!
 //! Where: the testbed needs netem for delay and loss. When this kernel has
 //! none (or `--where vm`), the same command runs inside a virtme-ng VM
@@ -46,6 +47,7 @@ pub mod output;
 pub mod plan;
 mod progress;
 pub mod reproduce;
+pub mod run_dir;
 pub mod shard;
 mod traces;
 
@@ -90,6 +92,8 @@ pub enum LabError {
     Interrupted(i32),
     #[error("{0}")]
     Vm(String),
+    #[error(transparent)]
+    RunDir(#[from] run_dir::RunDirError),
 }
 
 impl LabError {
@@ -239,7 +243,7 @@ fn where_label() -> &'static str {
 
 /// Re-runs this command inside the VM with `--where host --run-dir <dir>`.
 fn run_in_vm(opts: &LabOptions, run_dir: &Path) -> Result<LabOutcome, LabError> {
-    let scenario_path = run_dir.join("scenario.toml");
+    let scenario_path = run_dir.join(run_dir::SCENARIO);
     output::write_scenario(&scenario_path, &opts.scenario)?;
     let exe = std::env::current_exe().map_err(LabError::io("finding the ccctl executable"))?;
     let mut cmd = vec![exe.to_string_lossy().into_owned()];
@@ -277,7 +281,15 @@ fn run_in_vm(opts: &LabOptions, run_dir: &Path) -> Result<LabOutcome, LabError> 
             run_dir.display()
         )));
     }
-    let limited_links = output::read_limited_links(run_dir).unwrap_or(0);
+    // The VM half wrote the metadata; a file this ccctl cannot read is
+    // reported, the results stay where they are.
+    let limited_links = match run_dir::Metadata::read(run_dir) {
+        Ok(m) => m.limited_links(),
+        Err(e) => {
+            eprintln!("ccctl lab: warning: {e}");
+            0
+        }
+    };
     Ok(LabOutcome {
         run_dir: run_dir.to_path_buf(),
         limited_links,
@@ -292,7 +304,7 @@ fn run_here(
     shard: Option<shard::Shard>,
 ) -> Result<LabOutcome, LabError> {
     let plan = plan::plan(sc);
-    let mut meta = output::Metadata::new(sc, where_, &plan);
+    let mut meta = run_dir::Metadata::new(sc, where_, &plan);
     if path_here() == testbed::PathKind::Userspace {
         meta.testbed = "router-namespace dumbbell on the running kernel; the path in userspace (ccctl-path on \
                         rattan-core, AF_PACKET at the router's veths, the router's kernel not forwarding): \
@@ -310,7 +322,7 @@ fn run_here(
                 ids.len(),
                 plan.jobs.len()
             );
-            meta.shard = Some(output::ShardMeta {
+            meta.shard = Some(run_dir::ShardMeta {
                 index: s.index,
                 count: s.count,
                 runs: ids.clone(),
@@ -318,7 +330,7 @@ fn run_here(
             ids.iter().map(|&i| plan.jobs[i].clone()).collect()
         }
     };
-    output::write_scenario(&run_dir.join("scenario.toml"), sc)?;
+    output::write_scenario(&run_dir.join(run_dir::SCENARIO), sc)?;
     meta.write(run_dir)?;
     let loaded = provision::Loaded::ensure(sc)?;
     meta.loaded_for_run = loaded.names().iter().map(|s| s.to_string()).collect();
@@ -372,7 +384,7 @@ fn run_here(
 fn write_results(
     sc: &Scenario,
     plan: &plan::Plan,
-    meta: &mut output::Metadata,
+    meta: &mut run_dir::Metadata,
     records: &[exec::JobRecord],
     run_dir: &Path,
 ) -> Result<analyze::Analysis, LabError> {
@@ -394,21 +406,21 @@ fn write_results(
         .collect();
     meta.write(run_dir)?;
     // Whatever ran is written even when a later job failed or was interrupted.
-    output::write_samples(&run_dir.join("samples.parquet"), &records)?;
-    output::write_summary(&run_dir.join("summary.parquet"), &analysis.rows)?;
+    output::write_samples(&run_dir.join(run_dir::SAMPLES), &records)?;
+    output::write_summary(run_dir, &analysis.rows)?;
     let table = output::summary_table(sc, plan, &analysis);
-    std::fs::write(run_dir.join("summary.txt"), &table)
+    std::fs::write(run_dir.join(run_dir::SUMMARY_TABLE), &table)
         .map_err(LabError::io("writing summary.txt"))?;
     print!("{table}");
     for rec in records.iter().filter(|r| r.job.kind == plan::JobKind::Main) {
-        if let Err(e) = traces::plot(rec, &run_dir.join("plots")) {
+        if let Err(e) = traces::plot(rec, &run_dir.join(run_dir::PLOTS)) {
             eprintln!(
                 "ccctl lab: warning: per-ACK plot of run {}: {e:#}",
                 rec.job.id
             );
         }
     }
-    if let Err(e) = output::write_plots(&run_dir.join("plots"), &records, &analysis) {
+    if let Err(e) = output::write_plots(&run_dir.join(run_dir::PLOTS), &records, &analysis) {
         tracing::warn!(error = %e, "plots incomplete");
         eprintln!("ccctl lab: warning: {e}");
     }
@@ -434,9 +446,10 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<LabOutcome, shard::MergeErr
             let Some(name) = src.file_name() else {
                 continue;
             };
-            let dst = out.join("traces").join(name);
-            std::fs::create_dir_all(out.join("traces"))
-                .map_err(LabError::io(format!("creating {}/traces", out.display())))?;
+            let traces = out.join(run_dir::TRACES);
+            std::fs::create_dir_all(&traces)
+                .map_err(LabError::io(format!("creating {}", traces.display())))?;
+            let dst = traces.join(name);
             std::fs::copy(&src, &dst).map_err(LabError::io(format!(
                 "copying {} to {}",
                 src.display(),
@@ -445,51 +458,48 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<LabOutcome, shard::MergeErr
             r.trace = Some(dst);
         }
     }
-    let joined = |key: &str| -> String {
-        let mut v: Vec<String> = shards
-            .iter()
-            .map(|s| match s.meta.get(key) {
-                Some(serde_json::Value::String(x)) => x.clone(),
-                _ => String::new(),
-            })
-            .collect();
+    let joined = |key: fn(&run_dir::Metadata) -> &str| -> String {
+        let mut v: Vec<&str> = shards.iter().map(|s| key(&s.meta)).collect();
         v.sort();
         v.dedup();
         v.join(", ")
     };
-    let mut meta = output::Metadata::new(sc, &joined("ran_on"), &plan);
-    meta.kernel = joined("kernel");
-    meta.iperf3 = joined("iperf3");
-    let nums = |key: &'static str| shards.iter().filter_map(move |s| s.meta.get(key)?.as_f64());
-    meta.started_unix = nums("started_unix").fold(f64::INFINITY, f64::min);
+    let mut meta = run_dir::Metadata::new(sc, &joined(|m| &m.ran_on), &plan);
+    meta.kernel = joined(|m| &m.kernel);
+    meta.iperf3 = joined(|m| &m.iperf3);
+    meta.started_unix = shards
+        .iter()
+        .map(|s| s.meta.started_unix)
+        .fold(f64::INFINITY, f64::min);
     let mut loaded: Vec<String> = shards
         .iter()
-        .filter_map(|s| s.meta.get("loaded_for_run")?.as_array().cloned())
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_string))
+        .flat_map(|s| s.meta.loaded_for_run.iter().cloned())
         .collect();
     loaded.sort();
     loaded.dedup();
     meta.loaded_for_run = loaded;
     meta.shards = shards
         .iter()
-        .map(|s| {
-            serde_json::json!({
-                "dir": s.dir.display().to_string(),
-                "index": s.shard.index,
-                "count": s.shard.count,
-                "ran_on": s.meta.get("ran_on"),
-                "kernel": s.meta.get("kernel"),
-                "runs": s.meta.get("shard").and_then(|v| v.get("runs")),
-                "calibrations": s.meta.get("calibrations"),
-                "started_unix": s.meta.get("started_unix"),
-                "finished_unix": s.meta.get("finished_unix"),
-            })
+        .map(|s| run_dir::MergedShard {
+            dir: s.dir.display().to_string(),
+            index: s.shard.index,
+            count: s.shard.count,
+            ran_on: s.meta.ran_on.clone(),
+            kernel: s.meta.kernel.clone(),
+            runs: s.shard.runs.clone(),
+            calibrations: s.meta.calibrations.clone(),
+            started_unix: s.meta.started_unix,
+            finished_unix: s.meta.finished_unix,
         })
         .collect();
     meta.finish(&records, None);
-    meta.finished_unix = Some(nums("finished_unix").fold(0.0, f64::max));
-    output::write_scenario(&out.join("scenario.toml"), sc)?;
+    meta.finished_unix = Some(
+        shards
+            .iter()
+            .filter_map(|s| s.meta.finished_unix)
+            .fold(0.0, f64::max),
+    );
+    output::write_scenario(&out.join(run_dir::SCENARIO), sc)?;
     let analysis = write_results(sc, &plan, &mut meta, &records, out)?;
     eprintln!(
         "ccctl lab: merged {} shards ({} runs) into {}",

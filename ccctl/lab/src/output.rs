@@ -1,26 +1,17 @@
-//! The run directory:
-//!
-//! ```text
-//! <out>/<scenario>-<UTC time>/
-//!   scenario.toml     the scenario as run (after command-line overrides)
-//!   metadata.json     kernel, ccctl version and commit, host or VM, sysctls,
-//!                     qdiscs of every run, calibration, status
-//!   samples.parquet   one row per flow per 100 ms socket sample
-//!   summary.parquet   one row per flow and one per run, every metric
-//!   summary.txt       the printed summary table
-//!   plots/            PNG and SVG
-//! ```
+//! Writing a run directory (its layout, file names and formats:
+//! [`crate::run_dir`]): the directory itself, `scenario.toml`, the
+//! metadata of a run as it goes, `samples.parquet`, `summary.parquet`,
+//! `summary.txt` and the plots.
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use polars::prelude::*;
-use serde::Serialize;
 
 use crate::plots::{self, Panel, Series};
+use crate::run_dir::{self, Metadata, RunMeta, ScheduleMeta, SummaryRecord};
 use crate::scenario::Scenario;
 
-use super::analyze::{Analysis, Calibration, SummaryRow};
+use super::analyze::{Analysis, SummaryRow};
 use super::exec::JobRecord;
 use super::plan::{JobKind, Plan, CALIBRATION_SHARE};
 use super::LabError;
@@ -70,73 +61,6 @@ pub fn write_scenario(path: &Path, sc: &Scenario) -> Result<(), LabError> {
     .map_err(LabError::io(format!("writing {}", path.display())))
 }
 
-#[derive(Debug, Serialize)]
-pub struct RunMeta {
-    pub run_id: usize,
-    pub kind: &'static str,
-    pub link_index: usize,
-    pub started_unix: f64,
-    pub wall_secs: f64,
-    /// Building the testbed, running the flows, tearing down.
-    pub setup_flows_teardown_secs: [f64; 3],
-    pub sample_failures: u64,
-    pub qdiscs: Vec<String>,
-    /// Per-ACK trace of our algorithms' flows (relative to the run directory).
-    pub trace: Option<String>,
-    /// Per flow (in run order) its sender's On/Off gate, null when always On:
-    /// the ground truth of patched BBR's Θ.
-    pub schedules: Vec<Option<ScheduleMeta>>,
-    /// The path emulator: which, its threads and CPU time.
-    pub path: Option<crate::exec::PathUsage>,
-}
-
-/// A shard's place in the plan.
-#[derive(Debug, Serialize)]
-pub struct ShardMeta {
-    pub index: u32,
-    pub count: u32,
-    /// Run ids this shard ran (its calibrations included).
-    pub runs: Vec<usize>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ScheduleMeta {
-    pub on_ms: f64,
-    pub off_ms: f64,
-    /// On / (On + Off).
-    pub theta: f64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Metadata {
-    pub ccctl_version: &'static str,
-    pub git_commit: &'static str,
-    pub scenario: String,
-    /// `host` or `vm`.
-    pub ran_on: String,
-    pub kernel: String,
-    pub iperf3: String,
-    pub sysctls: BTreeMap<String, String>,
-    pub testbed: String,
-    pub calibration_share: f64,
-    pub planned_runs: usize,
-    /// FNV-1a 64 of the plan (`ccctl lab merge` joins shards of one plan only).
-    pub plan_digest: String,
-    /// `--shard K/N`: which part of the plan this directory holds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<ShardMeta>,
-    /// A merged run: each shard's directory, machine and calibrations.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shards: Vec<serde_json::Value>,
-    pub started_unix: f64,
-    pub finished_unix: Option<f64>,
-    /// `running`, `complete`, `failed: …`, `interrupted: …`.
-    pub status: String,
-    pub loaded_for_run: Vec<String>,
-    pub calibrations: Vec<Calibration>,
-    pub runs: Vec<RunMeta>,
-}
-
 fn read_trim(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -179,8 +103,9 @@ impl Metadata {
         ])
         .collect();
         Metadata {
-            ccctl_version: env!("CARGO_PKG_VERSION"),
-            git_commit: ccctl_core::GIT_COMMIT,
+            format: run_dir::FORMAT,
+            ccctl_version: env!("CARGO_PKG_VERSION").into(),
+            git_commit: ccctl_core::GIT_COMMIT.into(),
             scenario: sc.name.clone(),
             ran_on: ran_on.into(),
             kernel: read_trim("/proc/sys/kernel/osrelease"),
@@ -207,7 +132,7 @@ impl Metadata {
     pub fn finish(&mut self, records: &[JobRecord], failure: Option<&LabError>) {
         self.finished_unix = Some(ccctl_core::sys::time::now_unix_f64());
         self.status = match failure {
-            None => "complete".into(),
+            None => run_dir::STATUS_COMPLETE.into(),
             Some(e @ LabError::Interrupted(_)) => format!("interrupted: {e}"),
             Some(e) => format!("failed: {e}"),
         };
@@ -215,7 +140,7 @@ impl Metadata {
             .iter()
             .map(|r| RunMeta {
                 run_id: r.job.id,
-                kind: r.job.kind.as_str(),
+                kind: r.job.kind.as_str().into(),
                 link_index: r.job.link_index,
                 started_unix: r.started_unix,
                 wall_secs: r.wall_secs,
@@ -226,7 +151,7 @@ impl Metadata {
                     .trace
                     .as_ref()
                     .and_then(|p| p.file_name())
-                    .map(|f| format!("traces/{}", f.to_string_lossy())),
+                    .map(|f| format!("{}/{}", run_dir::TRACES, f.to_string_lossy())),
                 schedules: r
                     .job
                     .flows
@@ -243,42 +168,6 @@ impl Metadata {
             })
             .collect();
     }
-
-    pub fn write(&self, dir: &Path) -> Result<(), LabError> {
-        let path = dir.join("metadata.json");
-        let text = serde_json::to_string_pretty(self).map_err(|e| LabError::Output {
-            what: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        std::fs::write(&path, text + "\n")
-            .map_err(LabError::io(format!("writing {}", path.display())))
-    }
-}
-
-/// Number of testbed-limited link settings recorded in a run directory.
-pub fn read_limited_links(dir: &Path) -> Option<usize> {
-    let text = std::fs::read_to_string(dir.join("metadata.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    Some(
-        v.get("calibrations")?
-            .as_array()?
-            .iter()
-            .filter(|c| c.get("testbed_limited").and_then(|b| b.as_bool()) == Some(true))
-            .count(),
-    )
-}
-
-fn write_parquet(path: &Path, columns: Vec<Column>) -> Result<(), LabError> {
-    let err = |message: String| LabError::Output {
-        what: path.display().to_string(),
-        message,
-    };
-    let mut df = DataFrame::new_infer_height(columns).map_err(|e| err(e.to_string()))?;
-    let file = File::create(path).map_err(LabError::io(format!("creating {}", path.display())))?;
-    ParquetWriter::new(file)
-        .finish(&mut df)
-        .map_err(|e| err(e.to_string()))?;
-    Ok(())
 }
 
 /// Per-sample throughput: acked bytes over the window since the sample
@@ -353,7 +242,7 @@ pub fn write_samples(path: &Path, records: &[JobRecord]) -> Result<(), LabError>
             }
         }
     }
-    write_parquet(
+    Ok(run_dir::write_parquet(
         path,
         vec![
             Column::new("run_id".into(), run_id),
@@ -380,61 +269,14 @@ pub fn write_samples(path: &Path, records: &[JobRecord]) -> Result<(), LabError>
             Column::new("schedule_on_ms".into(), sched_on),
             Column::new("schedule_off_ms".into(), sched_off),
         ],
-    )
+    )?)
 }
 
-/// `summary.parquet`: one row per flow (`level = "flow"`) and per run
-/// (`level = "run"`).
-pub fn write_summary(path: &Path, rows: &[SummaryRow]) -> Result<(), LabError> {
-    macro_rules! col {
-        ($name:literal, $f:expr) => {
-            Column::new($name.into(), rows.iter().map($f).collect::<Vec<_>>())
-        };
-    }
-    write_parquet(
-        path,
-        vec![
-            col!("level", |r| r.level),
-            col!("run_id", |r| r.run_id as u32),
-            col!("kind", |r| r.kind),
-            col!("link_index", |r| r.link_index as u32),
-            col!("rate_bps", |r| r.rate_bps),
-            col!("rtt_ms", |r| r.rtt_ms),
-            col!("buffer", |r| r.buffer.clone()),
-            col!("buffer_bytes", |r| r.buffer_bytes),
-            col!("loss", |r| r.loss),
-            col!("aqm", |r| r.aqm.clone()),
-            col!("matchup", |r| r.matchup.map(|m| m as u32)),
-            col!("repetition", |r| r.repetition),
-            col!("flow", |r| r.flow.map(|f| f as u32)),
-            col!("cc", |r| r.cc.clone()),
-            col!("start_s", |r| r.start_s),
-            col!("duration_s", |r| r.duration_s),
-            col!("flow_rtt_ms", |r| r.flow_rtt_ms),
-            col!("schedule_on_ms", |r| r.schedule_on_ms),
-            col!("schedule_off_ms", |r| r.schedule_off_ms),
-            col!("schedule_theta", |r| r.schedule_theta),
-            col!("goodput_bps", |r| r.metrics.goodput_bps),
-            col!("share", |r| r.share),
-            col!("retransmits", |r| r.metrics.retransmits),
-            col!("retransmits_total", |r| r.metrics.retransmits_total),
-            col!("mean_rtt_ms", |r| r.metrics.mean_rtt_ms),
-            col!("p95_rtt_ms", |r| r.metrics.p95_rtt_ms),
-            col!("min_rtt_ms", |r| r.metrics.min_rtt_ms),
-            col!("samples", |r| r.metrics.samples as u32),
-            col!("goodput_source", |r| r.metrics.source),
-            col!("harm_tput", |r| r.harm_tput),
-            col!("harm_rtt", |r| r.harm_rtt),
-            col!("m_f_tput", |r| r.m_f_tput),
-            col!("m_h_tput", |r| r.m_h_tput),
-            col!("m_h_rtt", |r| r.m_h_rtt),
-            col!("jain_index", |r| r.jain_index),
-            col!("utilization", |r| r.utilization),
-            col!("bottleneck_drops", |r| r.bottleneck_drops),
-            col!("reference_bps", |r| r.reference_bps),
-            col!("testbed_limited", |r| r.testbed_limited),
-        ],
-    )
+/// `summary.parquet` of `dir`: one row per flow (`level = "flow"`) and per
+/// run (`level = "run"`), its columns those of [`run_dir::SummaryRecord`].
+pub fn write_summary(dir: &Path, rows: &[SummaryRow]) -> Result<(), LabError> {
+    let records: Vec<SummaryRecord> = rows.iter().map(SummaryRecord::of).collect();
+    Ok(run_dir::write_summary(dir, &records)?)
 }
 
 fn opt(v: Option<f64>, scale: f64, digits: usize) -> String {

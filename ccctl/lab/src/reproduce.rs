@@ -20,8 +20,9 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use polars::prelude::*;
 use serde::Serialize;
+
+use crate::run_dir::{self, Metadata, RunDir, RunDirError, SummaryRecord};
 
 /// One scenario of the suite.
 pub struct SuiteEntry {
@@ -79,11 +80,14 @@ pub enum Value {
         runs: Runs,
         cc: &'static str,
         select: Select,
-        column: &'static str,
+        column: ColumnOf,
     },
     /// A run-level column (`jain_index`, `utilization`).
-    Run { runs: Runs, column: &'static str },
+    Run { runs: Runs, column: ColumnOf },
 }
+
+/// A numeric column of `summary.parquet`, as a field of its typed row.
+pub type ColumnOf = fn(&SummaryRecord) -> Option<f64>;
 
 /// Which flows of a run a [`Value::Flows`] keeps.
 #[derive(Debug, Clone, Copy)]
@@ -135,7 +139,7 @@ const fn goodput(runs: Runs, cc: &'static str) -> Value {
         runs,
         cc,
         select: Select::All,
-        column: "goodput_bps",
+        column: |r| r.goodput_bps,
     }
 }
 
@@ -144,7 +148,7 @@ const fn retrans(runs: Runs, cc: &'static str) -> Value {
         runs,
         cc,
         select: Select::All,
-        column: "retransmits",
+        column: |r| r.retransmits.map(|x| x as f64),
     }
 }
 
@@ -158,13 +162,13 @@ const HARM_CUBIC: Value = Value::Flows {
     runs: H_BC,
     cc: "cubic",
     select: Select::All,
-    column: "harm_tput",
+    column: |r| r.harm_tput,
 };
 const HARM_RENO: Value = Value::Flows {
     runs: H_CR,
     cc: "reno",
     select: Select::All,
-    column: "harm_tput",
+    column: |r| r.harm_tput,
 };
 const FT_SHALLOW: Runs = Runs {
     scenario: "fabric-fig6-taildrop",
@@ -190,7 +194,7 @@ const fn gated(runs: Runs, theta: f64) -> Value {
         runs,
         cc: if runs.ccs.is_empty() { "" } else { runs.ccs[0] },
         select: Select::Theta(theta),
-        column: "goodput_bps",
+        column: |r| r.goodput_bps,
     }
 }
 
@@ -329,13 +333,13 @@ pub const HEADLINES: &[Headline] = &[
                 runs: H_BC,
                 cc: "cubic",
                 select: Select::All,
-                column: "m_h_tput",
+                column: |r| r.m_h_tput,
             },
             Value::Flows {
                 runs: H_CR,
                 cc: "reno",
                 select: Select::All,
-                column: "m_h_tput",
+                column: |r| r.m_h_tput,
             },
         ),
         reproduced: (1.2, 3.2),
@@ -351,7 +355,7 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "< 0.9",
         metric: Metric::Value(Value::Run {
             runs: FT_SHALLOW,
-            column: "jain_index",
+            column: |r| r.jain_index,
         }),
         reproduced: (0.0, 0.9),
         partly: (0.0, 0.95),
@@ -366,7 +370,7 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "~0.8",
         metric: Metric::Value(Value::Run {
             runs: FT_DEEP,
-            column: "jain_index",
+            column: |r| r.jain_index,
         }),
         reproduced: (0.7, 0.9),
         partly: (0.5, 0.95),
@@ -384,13 +388,13 @@ pub const HEADLINES: &[Headline] = &[
                 runs: FT_DEEP,
                 cc: "bbr",
                 select: Select::Rtt(113.0),
-                column: "goodput_bps",
+                column: |r| r.goodput_bps,
             },
             Value::Flows {
                 runs: FT_DEEP,
                 cc: "bbr",
                 select: Select::Rtt(61.0),
-                column: "goodput_bps",
+                column: |r| r.goodput_bps,
             },
         ),
         reproduced: (1.5, 6.0),
@@ -406,7 +410,7 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "~1.0",
         metric: Metric::Value(Value::Run {
             runs: FQ,
-            column: "jain_index",
+            column: |r| r.jain_index,
         }),
         reproduced: (0.95, 1.0),
         partly: (0.9, 1.0),
@@ -424,13 +428,13 @@ pub const HEADLINES: &[Headline] = &[
                 runs: D16,
                 cc: "dstar",
                 select: Select::All,
-                column: "mean_rtt_ms",
+                column: |r| r.mean_rtt_ms,
             },
             Value::Flows {
                 runs: B16,
                 cc: "bbr",
                 select: Select::All,
-                column: "mean_rtt_ms",
+                column: |r| r.mean_rtt_ms,
             },
         ),
         reproduced: (0.25, 0.75),
@@ -446,7 +450,7 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "~1.0",
         metric: Metric::Value(Value::Run {
             runs: D16,
-            column: "utilization",
+            column: |r| r.utilization,
         }),
         reproduced: (0.9, 1.05),
         partly: (0.8, 1.05),
@@ -461,7 +465,7 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "0.9985",
         metric: Metric::Value(Value::Run {
             runs: D16,
-            column: "jain_index",
+            column: |r| r.jain_index,
         }),
         reproduced: (0.95, 1.0),
         partly: (0.9, 1.0),
@@ -476,7 +480,7 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "0.9995",
         metric: Metric::Value(Value::Run {
             runs: B16,
-            column: "jain_index",
+            column: |r| r.jain_index,
         }),
         reproduced: (0.95, 1.0),
         partly: (0.9, 1.0),
@@ -491,7 +495,7 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "0.6237",
         metric: Metric::Value(Value::Run {
             runs: C16,
-            column: "jain_index",
+            column: |r| r.jain_index,
         }),
         reproduced: (0.47, 0.77),
         partly: (0.0, 0.95),
@@ -530,12 +534,22 @@ pub const HEADLINES: &[Headline] = &[
         paper_text: "~1.0",
         metric: Metric::Value(Value::Run {
             runs: P5,
-            column: "jain_index",
+            column: |r| r.jain_index,
         }),
         reproduced: (0.95, 1.0),
         partly: (0.85, 1.0),
     },
 ];
+
+/// `suite.json` of a reproduction directory (written by `cargo xtask
+/// reproduce`): whether it ran `--quick`.
+pub const SUITE_FILE: &str = "suite.json";
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct SuiteFile {
+    #[serde(default)]
+    quick: bool,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReproError {
@@ -545,6 +559,8 @@ pub enum ReproError {
     Unknown(String, String),
     #[error("{what}: {message}")]
     Data { what: String, message: String },
+    #[error(transparent)]
+    RunDir(#[from] RunDirError),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ReproError {
@@ -628,102 +644,18 @@ fn apply_quick(text: &str, patch: &str) -> Result<String, String> {
     toml::to_string(&base).map_err(|e| e.to_string())
 }
 
-/// The `summary.parquet` rows a headline reads.
-#[derive(Debug, Clone)]
-struct Row {
-    level: String,
-    kind: String,
-    run_id: u32,
-    link_index: u32,
-    repetition: u32,
-    buffer: String,
-    cc: String,
-    flow_rtt_ms: Option<f64>,
-    theta: Option<f64>,
-    testbed_limited: bool,
-    values: BTreeMap<&'static str, Option<f64>>,
-}
-
-const VALUE_COLUMNS: &[&str] = &[
-    "goodput_bps",
-    "retransmits",
-    "mean_rtt_ms",
-    "harm_tput",
-    "m_h_tput",
-    "jain_index",
-    "utilization",
-];
-
-fn read_summary(path: &Path) -> Result<Vec<Row>, ReproError> {
-    let data = |message: String| ReproError::Data {
-        what: path.display().to_string(),
-        message,
-    };
-    let f = fs::File::open(path).map_err(io(format!("opening {}", path.display())))?;
-    let df = ParquetReader::new(f)
-        .finish()
-        .map_err(|e| data(e.to_string()))?;
-    let strs = |name: &str| -> Result<Vec<String>, ReproError> {
-        let c = df
-            .column(name)
-            .and_then(|c| c.cast(&DataType::String))
-            .map_err(|e| data(format!("column {name}: {e}")))?;
-        let ca = c.str().map_err(|e| data(e.to_string()))?;
-        Ok((0..ca.len())
-            .map(|i| ca.get(i).unwrap_or("").to_string())
-            .collect())
-    };
-    let f64s = |name: &str| -> Result<Vec<Option<f64>>, ReproError> {
-        let c = df
-            .column(name)
-            .and_then(|c| c.cast(&DataType::Float64))
-            .map_err(|e| data(format!("column {name}: {e}")))?;
-        let ca = c.f64().map_err(|e| data(e.to_string()))?;
-        Ok((0..ca.len()).map(|i| ca.get(i)).collect())
-    };
-    let level = strs("level")?;
-    let kind = strs("kind")?;
-    let cc = strs("cc")?;
-    let buffer = strs("buffer")?;
-    let run_id = f64s("run_id")?;
-    let link = f64s("link_index")?;
-    let rep = f64s("repetition")?;
-    let rtt = f64s("flow_rtt_ms")?;
-    let theta = f64s("schedule_theta")?;
-    let limited = strs("testbed_limited")?;
-    let mut cols = BTreeMap::new();
-    for c in VALUE_COLUMNS {
-        cols.insert(*c, f64s(c)?);
-    }
-    Ok((0..df.height())
-        .map(|i| Row {
-            level: level[i].clone(),
-            kind: kind[i].clone(),
-            run_id: run_id[i].unwrap_or(0.0) as u32,
-            link_index: link[i].unwrap_or(0.0) as u32,
-            repetition: rep[i].unwrap_or(0.0) as u32,
-            buffer: buffer[i].clone(),
-            cc: cc[i].clone(),
-            flow_rtt_ms: rtt[i],
-            theta: theta[i],
-            testbed_limited: limited[i] == "true",
-            values: cols.iter().map(|(k, v)| (*k, v[i])).collect(),
-        })
-        .collect())
-}
-
 /// One scenario's results in a reproduction directory.
 struct ScenarioData {
     dir: PathBuf,
-    rows: Vec<Row>,
-    meta: serde_json::Value,
+    rows: Vec<SummaryRecord>,
+    meta: Metadata,
 }
 
 /// Case = (link_index, repetition).
 type Case = (u32, u32);
 
 fn run_matches(data: &ScenarioData, runs: &Runs, run_id: u32) -> bool {
-    let flows: Vec<&Row> = data
+    let flows: Vec<&SummaryRecord> = data
         .rows
         .iter()
         .filter(|r| r.level == "flow" && r.kind == "main" && r.run_id == run_id)
@@ -762,7 +694,7 @@ fn values(
         }
         match v {
             Value::Run { column, .. } if r.level == "run" => {
-                if let Some(x) = r.values[column] {
+                if let Some(x) = column(r) {
                     per_case.entry(case).or_default().push(x);
                 }
             }
@@ -772,10 +704,10 @@ fn values(
                 let keep = match select {
                     Select::All => true,
                     Select::Rtt(t) => r.flow_rtt_ms.is_some_and(|x| (x - t).abs() < 0.5),
-                    Select::Theta(t) => r.theta.is_some_and(|x| (x - t).abs() < 1e-3),
+                    Select::Theta(t) => r.schedule_theta.is_some_and(|x| (x - t).abs() < 1e-3),
                 };
                 if keep {
-                    if let Some(x) = r.values[column] {
+                    if let Some(x) = column(r) {
                         per_case.entry(case).or_default().push(x);
                     }
                 }
@@ -1006,35 +938,30 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     let mut all = BTreeMap::new();
     for e in SUITE {
         let sdir = dir.join(e.name);
-        let summary = sdir.join("summary.parquet");
-        if !summary.exists() {
+        if !sdir.join(run_dir::SUMMARY).exists() {
             continue;
         }
-        let meta_path = sdir.join("metadata.json");
-        let meta = fs::read_to_string(&meta_path)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(serde_json::Value::Null);
+        let RunDir {
+            dir,
+            metadata,
+            summary,
+        } = RunDir::read(&sdir)?;
         all.insert(
             e.name.to_string(),
             ScenarioData {
-                dir: sdir,
-                rows: read_summary(&summary)?,
-                meta,
+                dir,
+                rows: summary,
+                meta: metadata,
             },
         );
     }
-    let suite: serde_json::Value = fs::read_to_string(dir.join("suite.json"))
+    let quick = fs::read_to_string(dir.join(SUITE_FILE))
         .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(serde_json::Value::Null);
+        .and_then(|t| serde_json::from_str::<SuiteFile>(&t).ok())
+        .is_some_and(|s| s.quick);
     let measured: Vec<Measured> = HEADLINES.iter().map(|h| measure(&all, h)).collect();
 
     let mut out = String::new();
-    let quick = suite
-        .get("quick")
-        .and_then(|q| q.as_bool())
-        .unwrap_or(false);
     let _ = writeln!(out, "# Reproduction report\n");
     let _ = writeln!(
         out,
@@ -1055,34 +982,25 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
     for (name, d) in &all {
         let m = &d.meta;
-        let s = |k: &str| m.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
-        let shares: Vec<String> = m
-            .get("calibrations")
-            .and_then(|c| c.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|c| c.get("share").and_then(|s| s.as_f64()))
-                    .map(|s| format!("{:.1} %", s * 100.0))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut shares_d = shares.clone();
-        shares_d.dedup();
-        let wall = match (
-            m.get("started_unix").and_then(|v| v.as_f64()),
-            m.get("finished_unix").and_then(|v| v.as_f64()),
-        ) {
-            (Some(a), Some(b)) => format!("{:.0} s", b - a),
-            _ => "?".into(),
+        let mut shares: Vec<String> = m
+            .calibrations
+            .iter()
+            .filter_map(|c| c.share)
+            .map(|s| format!("{:.1} %", s * 100.0))
+            .collect();
+        shares.dedup();
+        let wall = match m.finished_unix {
+            Some(b) => format!("{:.0} s", b - m.started_unix),
+            None => "?".into(),
         };
         let _ = writeln!(
             out,
             "| {name} | {} | {} | {} | {} | {} | {wall} |",
-            s("ran_on"),
-            s("kernel"),
-            s("git_commit"),
-            s("status"),
-            shares_d.join(", ")
+            m.ran_on,
+            m.kernel,
+            m.git_commit,
+            m.status,
+            shares.join(", ")
         );
     }
     let _ = writeln!(
@@ -1138,7 +1056,7 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     }
     let _ = writeln!(out, "\n## Plots\n");
     for (name, d) in &all {
-        let plots = d.dir.join("plots");
+        let plots = d.dir.join(run_dir::PLOTS);
         let mut pngs: Vec<String> = fs::read_dir(&plots)
             .map(|rd| {
                 rd.flatten()
@@ -1233,41 +1151,25 @@ mod tests {
             ("main", 8, 2, "bbr", 0.0),
             ("main", 8, 2, "cubic", 0.1),
         ];
-        let n = rows.len();
-        let s = |f: &dyn Fn(&R) -> String| -> Vec<String> { rows.iter().map(f).collect() };
-        let harm: Vec<f64> = rows.iter().map(|r| r.4).collect();
-        let none = vec![None::<f64>; n];
-        let mut cols = vec![
-            Column::new("level".into(), vec!["flow"; n]),
-            Column::new("kind".into(), s(&|r| r.0.to_string())),
-            Column::new("cc".into(), s(&|r| r.3.to_string())),
-            Column::new("buffer".into(), vec!["1bdp"; n]),
-            Column::new(
-                "run_id".into(),
-                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "link_index".into(),
-                rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-            ),
-            Column::new("repetition".into(), vec![0u32; n]),
-            Column::new("flow_rtt_ms".into(), vec![100.0; n]),
-            Column::new("schedule_theta".into(), none.clone()),
-            Column::new(
-                "testbed_limited".into(),
-                rows.iter().map(|r| r.2 == 2).collect::<Vec<_>>(),
-            ),
-            Column::new("harm_tput".into(), harm),
-        ];
-        for c in VALUE_COLUMNS.iter().filter(|c| **c != "harm_tput") {
-            cols.push(Column::new((*c).into(), none.clone()));
-        }
-        let mut df = DataFrame::new_infer_height(cols).expect("frame");
+        // Written by the run directory's writers, as `lab run` writes it.
+        let records: Vec<SummaryRecord> = rows
+            .iter()
+            .map(|r| {
+                let mut row = crate::run_dir::tests::summary_row(r.0, r.1, r.3);
+                row.link_index = r.2;
+                row.flow_rtt_ms = Some(100.0);
+                row.testbed_limited = r.2 == 2;
+                row.harm_tput = Some(r.4);
+                row
+            })
+            .collect();
         let dir = std::env::temp_dir().join(format!("ccctl-repro-unit-{}", std::process::id()));
         let sdir = dir.join("harm-fig7");
         fs::create_dir_all(&sdir).expect("dir");
-        let f = fs::File::create(sdir.join("summary.parquet")).expect("file");
-        ParquetWriter::new(f).finish(&mut df).expect("write");
+        run_dir::write_summary(&sdir, &records).expect("summary");
+        crate::run_dir::tests::metadata()
+            .write(&sdir)
+            .expect("metadata");
         report(&dir).expect("report");
         let json: Vec<serde_json::Value> =
             serde_json::from_str(&fs::read_to_string(dir.join("report.json")).expect("json"))
@@ -1297,6 +1199,27 @@ mod tests {
         assert_eq!(get("harm-fig7-ge1.6")["value"], 0.5);
         assert_eq!(get("harm-fig7-ge2")["value"], 0.5);
         assert_eq!(get("modest-fig2-tput")["verdict"], "not measured");
+        // The testbed table is the scenario's metadata.json, read typed.
+        let md = fs::read_to_string(dir.join("REPORT.md")).expect("REPORT.md");
+        assert!(
+            md.contains("| harm-fig7 | host | 6.1.0 | abc123 | complete | 95.0 % | 60 s |"),
+            "{md}"
+        );
+        // A scenario directory of a newer format is refused by its version.
+        let meta = sdir.join(run_dir::METADATA);
+        let text = fs::read_to_string(&meta).expect("metadata");
+        let newer = format!("\"format\": {}", run_dir::FORMAT + 1);
+        fs::write(
+            &meta,
+            text.replacen(&format!("\"format\": {}", run_dir::FORMAT), &newer, 1),
+        )
+        .expect("write");
+        let e = report(&dir).expect_err("newer format");
+        assert!(
+            e.to_string()
+                .contains(&format!("format {}", run_dir::FORMAT + 1)),
+            "{e}"
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 

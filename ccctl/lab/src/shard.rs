@@ -31,21 +31,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-use crate::exec::{FlowRecord, JobRecord};
-use crate::iperf::FlowResult;
+use crate::exec::JobRecord;
 use crate::plan::{Job, JobKind, Plan};
+use crate::run_dir::{self, Metadata, Records, RunDirError, RunRecord, ShardMeta};
 use crate::scenario::Scenario;
-use crate::testbed::QdiscStats;
-use ccctl_observe::sockdiag::Sample;
 
-/// `--shard K/N`: the K-th of N parts, K from 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    pub index: u32,
-    pub count: u32,
-}
+/// `--shard K/N` (defined with the files that record it).
+pub use crate::run_dir::Shard;
 
 /// Most shards a plan is split into (a typo guard, not a limit of the method).
 pub const MAX_SHARDS: u32 = 10_000;
@@ -154,85 +146,14 @@ pub fn select(plan: &Plan, shard: Shard) -> Vec<usize> {
     ids
 }
 
-/// One flow of a stored record (its plan is the job's, by position).
-#[derive(Debug, Serialize, Deserialize)]
-struct StoredFlow {
-    kernel_cc: String,
-    sender: usize,
-    result: FlowResult,
-    samples: Vec<Sample>,
-}
-
-/// A [`JobRecord`] without its job (the plan has it, by `run_id`).
-#[derive(Debug, Serialize, Deserialize)]
-struct StoredRecord {
-    run_id: usize,
-    flows: Vec<StoredFlow>,
-    bottleneck: Option<QdiscStats>,
-    started_unix: f64,
-    wall_secs: f64,
-    sample_failures: u64,
-    qdiscs: Vec<String>,
-    phase_secs: [f64; 3],
-    t0_monotonic_ns: u64,
-    /// File name under the shard's `traces/`.
-    trace: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct StoredRecords {
-    plan_digest: String,
-    shard: Shard,
-    records: Vec<StoredRecord>,
-}
-
-pub const RECORDS_FILE: &str = "records.json";
-
 /// `records.json` of a shard's run directory.
 pub fn write_records(
     dir: &Path,
     plan: &Plan,
     shard: Shard,
     records: &[JobRecord],
-) -> Result<(), crate::LabError> {
-    let stored = StoredRecords {
-        plan_digest: plan_digest(plan),
-        shard,
-        records: records
-            .iter()
-            .map(|r| StoredRecord {
-                run_id: r.job.id,
-                flows: r
-                    .flows
-                    .iter()
-                    .map(|f| StoredFlow {
-                        kernel_cc: f.kernel_cc.clone(),
-                        sender: f.sender,
-                        result: f.result.clone(),
-                        samples: f.samples.clone(),
-                    })
-                    .collect(),
-                bottleneck: r.bottleneck.clone(),
-                started_unix: r.started_unix,
-                wall_secs: r.wall_secs,
-                sample_failures: r.sample_failures,
-                qdiscs: r.qdiscs.clone(),
-                phase_secs: r.phase_secs,
-                t0_monotonic_ns: r.t0_monotonic_ns,
-                trace: r
-                    .trace
-                    .as_ref()
-                    .and_then(|p| p.file_name())
-                    .map(|f| f.to_string_lossy().into_owned()),
-            })
-            .collect(),
-    };
-    let path = dir.join(RECORDS_FILE);
-    let text = serde_json::to_string(&stored).map_err(|e| crate::LabError::Output {
-        what: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    std::fs::write(&path, text).map_err(crate::LabError::io(format!("writing {}", path.display())))
+) -> Result<(), RunDirError> {
+    Records::new(plan_digest(plan), shard, records).write(dir)
 }
 
 /// Why a set of shard directories cannot be merged.
@@ -240,7 +161,10 @@ pub fn write_records(
 pub enum MergeError {
     #[error("{dir}: {what}")]
     Read { dir: PathBuf, what: String },
-    #[error("{dir}: not a shard directory (no shard in metadata.json: made without --shard K/N)")]
+    #[error(
+        "{dir}: not a shard directory (no shard in {}: made without --shard K/N)",
+        run_dir::METADATA
+    )]
     NotAShard { dir: PathBuf },
     #[error("shards of different {what}: {a} has `{va}`, {b} has `{vb}`")]
     Mismatch {
@@ -278,43 +202,35 @@ pub enum MergeError {
     #[error("no shard directories given")]
     Empty,
     #[error(transparent)]
+    RunDir(#[from] RunDirError),
+    #[error(transparent)]
     Lab(#[from] crate::LabError),
 }
 
 /// One shard directory, read and checked on its own.
 pub struct ShardDir {
     pub dir: PathBuf,
-    pub shard: Shard,
-    pub meta: serde_json::Value,
+    pub shard: ShardMeta,
+    pub meta: Metadata,
     pub scenario: Scenario,
-    records: StoredRecords,
+    records: Records,
 }
 
 fn read_shard(dir: &Path) -> Result<ShardDir, MergeError> {
-    let err = |what: String| MergeError::Read {
+    let meta = Metadata::read(dir)?;
+    let shard = meta.shard.clone().ok_or_else(|| MergeError::NotAShard {
         dir: dir.to_path_buf(),
-        what,
-    };
-    let text = std::fs::read_to_string(dir.join("metadata.json"))
-        .map_err(|e| err(format!("reading metadata.json: {e}")))?;
-    let meta: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| err(format!("metadata.json: {e}")))?;
-    let shard: Shard = match meta.get("shard") {
-        Some(v) if !v.is_null() => serde_json::from_value(v.clone())
-            .map_err(|e| err(format!("metadata.json: shard: {e}")))?,
-        _ => {
-            return Err(MergeError::NotAShard {
-                dir: dir.to_path_buf(),
-            })
-        }
-    };
-    let text = std::fs::read_to_string(dir.join("scenario.toml"))
-        .map_err(|e| err(format!("reading scenario.toml: {e}")))?;
-    let scenario = Scenario::from_toml(&text).map_err(|e| err(format!("scenario.toml: {e}")))?;
-    let text = std::fs::read_to_string(dir.join(RECORDS_FILE))
-        .map_err(|e| err(format!("reading {RECORDS_FILE}: {e}")))?;
-    let records: StoredRecords =
-        serde_json::from_str(&text).map_err(|e| err(format!("{RECORDS_FILE}: {e}")))?;
+    })?;
+    let text =
+        std::fs::read_to_string(dir.join(run_dir::SCENARIO)).map_err(|e| MergeError::Read {
+            dir: dir.to_path_buf(),
+            what: format!("reading {}: {e}", run_dir::SCENARIO),
+        })?;
+    let scenario = Scenario::from_toml(&text).map_err(|e| MergeError::Read {
+        dir: dir.to_path_buf(),
+        what: format!("{}: {e}", run_dir::SCENARIO),
+    })?;
+    let records = Records::read(dir)?;
     Ok(ShardDir {
         dir: dir.to_path_buf(),
         shard,
@@ -322,14 +238,6 @@ fn read_shard(dir: &Path) -> Result<ShardDir, MergeError> {
         scenario,
         records,
     })
-}
-
-fn meta_str(meta: &serde_json::Value, key: &str) -> String {
-    match meta.get(key) {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-        None => String::new(),
-    }
 }
 
 /// What two shards must agree on, read from a shard.
@@ -345,10 +253,10 @@ pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>),
     let first = shards.first().ok_or(MergeError::Empty)?;
     // Same scenario, plan, ccctl version and commit, shard count.
     let keys: [(&'static str, KeyOf); 5] = [
-        ("scenarios", |s| meta_str(&s.meta, "scenario")),
-        ("plans (plan_digest)", |s| meta_str(&s.meta, "plan_digest")),
-        ("ccctl versions", |s| meta_str(&s.meta, "ccctl_version")),
-        ("ccctl commits", |s| meta_str(&s.meta, "git_commit")),
+        ("scenarios", |s| s.meta.scenario.clone()),
+        ("plans (plan_digest)", |s| s.meta.plan_digest.clone()),
+        ("ccctl versions", |s| s.meta.ccctl_version.clone()),
+        ("ccctl commits", |s| s.meta.git_commit.clone()),
         ("shard counts (N of K/N)", |s| s.shard.count.to_string()),
     ];
     for s in &shards[1..] {
@@ -388,12 +296,11 @@ pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>),
         });
     }
     for s in &shards {
-        let status = meta_str(&s.meta, "status");
-        if status != "complete" {
+        if !s.meta.is_complete() {
             return Err(MergeError::NotComplete {
                 dir: s.dir.clone(),
-                shard: s.shard,
-                status,
+                shard: s.shard.shard(),
+                status: s.meta.status.clone(),
             });
         }
     }
@@ -402,7 +309,7 @@ pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>),
     let plan = crate::plan::plan(&first.scenario);
     let digest = plan_digest(&plan);
     for s in &shards {
-        if s.records.plan_digest != digest || meta_str(&s.meta, "plan_digest") != digest {
+        if s.records.plan_digest != digest || s.meta.plan_digest != digest {
             return Err(MergeError::Records {
                 dir: s.dir.clone(),
                 what: format!(
@@ -411,12 +318,15 @@ pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>),
                 ),
             });
         }
-        if s.records.shard != s.shard {
+        if s.records.shard != s.shard.shard() {
             return Err(MergeError::Records {
                 dir: s.dir.clone(),
                 what: format!(
-                    "{RECORDS_FILE} is of shard {}, metadata.json of shard {}",
-                    s.records.shard, s.shard
+                    "{} is of shard {}, {} of shard {}",
+                    run_dir::RECORDS,
+                    s.records.shard,
+                    run_dir::METADATA,
+                    s.shard.shard()
                 ),
             });
         }
@@ -426,14 +336,14 @@ pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>),
     // (the lowest reference goodput kept).
     let mut chosen: BTreeMap<usize, (JobRecord, Option<f64>)> = BTreeMap::new();
     for s in &shards {
-        let expected = select(&plan, s.shard);
+        let expected = select(&plan, s.shard.shard());
         let got: Vec<usize> = s.records.records.iter().map(|r| r.run_id).collect();
         if got != expected {
             return Err(MergeError::Records {
                 dir: s.dir.clone(),
                 what: format!(
                     "shard {} ran runs {got:?}; the plan gives it {expected:?}",
-                    s.shard
+                    s.shard.shard()
                 ),
             });
         }
@@ -488,7 +398,7 @@ pub fn gather(dirs: &[PathBuf]) -> Result<(Vec<ShardDir>, Plan, Vec<JobRecord>),
 }
 
 /// A stored record as the [`JobRecord`] of its planned job.
-fn restore(plan: &Plan, s: &ShardDir, r: &StoredRecord) -> Result<JobRecord, MergeError> {
+fn restore(plan: &Plan, s: &ShardDir, r: &RunRecord) -> Result<JobRecord, MergeError> {
     let bad = |what: String| MergeError::Records {
         dir: s.dir.clone(),
         what,
@@ -506,31 +416,7 @@ fn restore(plan: &Plan, s: &ShardDir, r: &StoredRecord) -> Result<JobRecord, Mer
             job.flows.len()
         )));
     }
-    let flows = job
-        .flows
-        .iter()
-        .zip(&r.flows)
-        .map(|(plan, f)| FlowRecord {
-            plan: plan.clone(),
-            kernel_cc: f.kernel_cc.clone(),
-            sender: f.sender,
-            result: f.result.clone(),
-            samples: f.samples.clone(),
-        })
-        .collect();
-    Ok(JobRecord {
-        job,
-        flows,
-        bottleneck: r.bottleneck.clone(),
-        started_unix: r.started_unix,
-        wall_secs: r.wall_secs,
-        sample_failures: r.sample_failures,
-        qdiscs: r.qdiscs.clone(),
-        phase_secs: r.phase_secs,
-        t0_monotonic_ns: r.t0_monotonic_ns,
-        trace: r.trace.as_ref().map(|f| s.dir.join("traces").join(f)),
-        path: None,
-    })
+    Ok(r.to_job_record(job, &s.dir))
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ impl LabTracer {
         match TraceLock::acquire() {
             Ok(lock) => Some(LabTracer {
                 _lock: lock,
-                dir: run_dir.join("traces"),
+                dir: run_dir.join(crate::run_dir::TRACES),
             }),
             Err(e) => {
                 eprintln!("ccctl lab: per-ACK traces skipped: {e}");

@@ -237,9 +237,8 @@ int ccctl_policy_sockops(struct bpf_sock_ops *skops)
 	struct tuple t = {};
 	__u32 zero = 0, half, count, hash, i;
 	__u32 family, l4, r4, l6[4], r6[4], lport, rport;
-	bool have_cg = false;
 	__u64 netns;
-	void *sk;
+	void *sk, *tp;
 
 	if (skops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
 	    skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
@@ -287,6 +286,17 @@ int ccctl_policy_sockops(struct bpf_sock_ops *skops)
 	t.lport = (__u16)lport;
 	t.rport = (__u16)bpf_ntohl(rport);
 	netns = bpf_get_netns_cookie(skops);
+	/*
+	 * The cgroup ancestry once, before the rules, whether or not a rule
+	 * asks for it (16 reads per new connection).  Read lazily inside the
+	 * loop, its "read yet?" flag doubled the states the verifier walks per
+	 * rule: Linux 6.1's verifier gave up after 1 000 000 instructions
+	 * (E2BIG), 6.18's did not.  No tcp_sock: ids stay 0, no cgroup rule
+	 * matches (cgroup ids are never 0).
+	 */
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (tp)
+		cgroup_ancestors(tp, cg_ids);
 
 	for (i = 0; i < CCCTL_POLICY_MAX_RULES; i++) {
 		struct ccctl_policy_rule *r;
@@ -309,19 +319,9 @@ int ccctl_policy_sockops(struct bpf_sock_ops *skops)
 			continue;
 		if ((r->match & CCCTL_PM_NETNS) && r->netns_cookie != netns)
 			continue;
-		if (r->match & CCCTL_PM_CGROUP) {
-			void *tp;
-
-			if (!have_cg) {
-				tp = bpf_skc_to_tcp_sock(sk);
-				if (!tp)
-					continue;
-				cgroup_ancestors(tp, cg_ids);
-				have_cg = true;
-			}
-			if (cg_ids[r->cgroup_level & (CCCTL_POLICY_CGROUP_LEVELS - 1)] != r->cgroup_id)
-				continue;
-		}
+		if ((r->match & CCCTL_PM_CGROUP) &&
+		    cg_ids[r->cgroup_level & (CCCTL_POLICY_CGROUP_LEVELS - 1)] != r->cgroup_id)
+			continue;
 
 		/* First match: this rule decides. */
 		st = bpf_sk_storage_get(&policy_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);

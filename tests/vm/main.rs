@@ -874,6 +874,22 @@ fn ipv6_flows_are_traced_and_filtered_on_6_1() {
     );
 }
 
+/// The rollout policy's rules on 6.1 (issue 28: "on 6.18 and 6.1"): rules
+/// by port and by prefix each take exactly the connections they name,
+/// counted by inet_diag, as on the host.
+#[test]
+fn policy_rules_by_port_and_prefix_take_exactly_theirs_on_6_1() {
+    require_vm();
+    common::policy::rules_by_port_and_prefix_take_exactly_theirs();
+}
+
+/// A rule by cgroup on 6.1 takes exactly its processes' connections.
+#[test]
+fn policy_rule_by_cgroup_takes_exactly_its_processes_on_6_1() {
+    require_vm();
+    common::policy::rule_by_cgroup_takes_exactly_its_processes();
+}
+
 /// `ccctl load NAME --replace` on 6.1 (no struct_ops link): refused with
 /// the reason, nothing changed.
 #[test]

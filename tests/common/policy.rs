@@ -310,15 +310,28 @@ algorithm = "dstar"
 }
 
 /// A cgroup v2 directory for one test, removed (its processes gone) on drop.
-struct TestCgroup(PathBuf);
+pub struct TestCgroup(pub PathBuf);
 
 impl TestCgroup {
-    fn new() -> TestCgroup {
+    pub fn new() -> TestCgroup {
         let root = ccctl_core::policy::kernel::cgroup2_mount().expect("cgroup v2 mounted");
-        let dir = root.join(format!("ccctl-test-policy-{}", std::process::id()));
+        TestCgroup::at(root.join(format!("ccctl-test-policy-{}", std::process::id())))
+    }
+
+    /// A cgroup below this one (drop it before its parent).
+    pub fn child(&self, name: &str) -> TestCgroup {
+        TestCgroup::at(self.0.join(name))
+    }
+
+    fn at(dir: PathBuf) -> TestCgroup {
         let _ = std::fs::remove_dir(&dir);
         std::fs::create_dir(&dir).expect("creating a cgroup");
         TestCgroup(dir)
+    }
+
+    /// Its cgroup id (the directory's inode number, as inet_diag reports it).
+    pub fn id(&self) -> u64 {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&self.0).expect("cgroup"))
     }
 }
 
@@ -385,7 +398,7 @@ pub fn rule_by_cgroup_takes_exactly_its_processes() {
     let inside = iperf_client(&tb, pa, Some(&cg.0));
     let outside = iperf_client(&tb, pb, None);
     std::thread::sleep(Duration::from_secs(2));
-    let cg_id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg.0).expect("cgroup"));
+    let cg_id = cg.id();
     let a = sockets_to(&tb, 0, Some(pa), 5);
     let b = sockets_to(&tb, 0, Some(pb), 5);
     println!("in the cgroup: {:?}; outside: {:?}", by_cc(&a), by_cc(&b));

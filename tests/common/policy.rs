@@ -310,15 +310,28 @@ algorithm = "dstar"
 }
 
 /// A cgroup v2 directory for one test, removed (its processes gone) on drop.
-struct TestCgroup(PathBuf);
+pub struct TestCgroup(pub PathBuf);
 
 impl TestCgroup {
-    fn new() -> TestCgroup {
+    pub fn new() -> TestCgroup {
         let root = ccctl_core::policy::kernel::cgroup2_mount().expect("cgroup v2 mounted");
-        let dir = root.join(format!("ccctl-test-policy-{}", std::process::id()));
+        TestCgroup::at(root.join(format!("ccctl-test-policy-{}", std::process::id())))
+    }
+
+    /// A cgroup below this one (drop it before its parent).
+    pub fn child(&self, name: &str) -> TestCgroup {
+        TestCgroup::at(self.0.join(name))
+    }
+
+    fn at(dir: PathBuf) -> TestCgroup {
         let _ = std::fs::remove_dir(&dir);
         std::fs::create_dir(&dir).expect("creating a cgroup");
         TestCgroup(dir)
+    }
+
+    /// Its cgroup id (the directory's inode number, as inet_diag reports it).
+    pub fn id(&self) -> u64 {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&self.0).expect("cgroup"))
     }
 }
 
@@ -385,7 +398,7 @@ pub fn rule_by_cgroup_takes_exactly_its_processes() {
     let inside = iperf_client(&tb, pa, Some(&cg.0));
     let outside = iperf_client(&tb, pb, None);
     std::thread::sleep(Duration::from_secs(2));
-    let cg_id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cg.0).expect("cgroup"));
+    let cg_id = cg.id();
     let a = sockets_to(&tb, 0, Some(pa), 5);
     let b = sockets_to(&tb, 0, Some(pb), 5);
     println!("in the cgroup: {:?}; outside: {:?}", by_cc(&a), by_cc(&b));
@@ -871,4 +884,235 @@ pub fn policy_apply_survives_sigkill_anywhere() {
         .iter()
         .any(|n| n.starts_with("modest_bbr")));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The policy over IPv6. One IPv6 testbed (senders fd00:ccc:0:1::1 and
+/// fd00:ccc:0:2::1, receiver fd00:ccc::2) and one IPv4 testbed (198.18.1.1
+/// -> 198.18.0.2), a server on the same port in each, 20 connections from
+/// each of the three senders. Rules (first match wins):
+///
+/// 1. `v6-sender0`: `local fd00:ccc:0:1::/64`, the port -> dstar: takes
+///    sender 0's 20 and not sender 1's (which differs only in the fourth
+///    group, inside the /48).
+/// 2. `v6-all`: `remote fd00:ccc::/48`, the port -> bpf-bbr on a 50 %
+///    canary, the rest reno: takes sender 1's 20, each on the side
+///    ccctl's copy of the hash over the full IPv6 addresses predicts.
+///
+/// The IPv4 connections to the same port match neither (an IPv4 address
+/// is ::ffff:a.b.c.d to the rules, outside fd00:ccc::/48) and keep their
+/// namespace's default. Counted by inet_diag and by the BPF side's
+/// per-rule counters; the dry run, run in each sender's namespace, lists
+/// the IPv6 connections under their rule with the algorithm they got and
+/// none of the IPv4 ones; the audit line of the apply names the prefixes.
+/// A rollback of `v6-all` then moves its live IPv6 canary connections to
+/// reno and leaves `v6-sender0`'s on dstar.
+pub fn rules_by_ipv6_prefix_take_ipv6_connections_only() {
+    use ccctl_lab::testbed::IpVersion;
+    let _g = PolicyGuard::new();
+    let cfg = TestbedConfig::new(100_000_000, 400 * 1514)
+        .with_rtts(&[Duration::ZERO, Duration::ZERO])
+        .with_ip(IpVersion::V6);
+    let tb6 = Testbed::new(cfg).expect("IPv6 testbed");
+    let tb4 = super::flows::testbed(TestbedConfig::new(100_000_000, 400 * 1514));
+    assert_eq!(tb6.sender_addr(1).to_string(), "fd00:ccc:0:2::1");
+    let port = tb6.alloc_port() + 42000;
+    let dir = tempdir("policy-ipv6");
+    let file = write_policy(
+        &dir,
+        &format!(
+            r#"
+[[rule]]
+name = "v6-sender0"
+match = {{ local = "fd00:ccc:0:1::/64", remote_port = {port} }}
+algorithm = "dstar"
+
+[[rule]]
+name = "v6-all"
+match = {{ remote = "fd00:ccc::/48", remote_port = {port} }}
+algorithm = "bpf-bbr"
+share = 0.5
+control = "reno"
+"#
+        ),
+    );
+    let f = file.to_str().expect("utf-8");
+    let out = ccctl(&["policy", "apply", f]).ok();
+    println!("{}{}", out.stdout, out.stderr);
+    let (s6, s4) = (Server::start(&tb6, port), Server::start(&tb4, port));
+    let n = 20;
+    let _held: Vec<TcpStream> = [
+        connect(&tb6, 0, s6.addr, n, None),
+        connect(&tb6, 1, s6.addr, n, None),
+        connect(&tb4, 0, s4.addr, n, None),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+
+    let (a, b, v4) = (
+        sockets_to(&tb6, 0, Some(port), n),
+        sockets_to(&tb6, 1, Some(port), n),
+        sockets_to(&tb4, 0, Some(port), n),
+    );
+    println!(
+        "IPv6 sender 0: {:?}; IPv6 sender 1: {:?}; IPv4: {:?}",
+        by_cc(&a),
+        by_cc(&b),
+        by_cc(&v4)
+    );
+    assert_eq!((a.len(), b.len(), v4.len()), (n, n, n));
+    assert!(a
+        .iter()
+        .chain(&b)
+        .all(|s| s.local.is_ipv6() && s.remote.is_ipv6()));
+    assert!(v4.iter().all(|s| s.local.is_ipv4()));
+    assert_eq!(by_cc(&a).get("dstar"), Some(&n), "{:?}", by_cc(&a));
+    let mut canary = 0;
+    for s in &b {
+        let predicted = ccctl_core::policy::in_canary(
+            ccctl_core::policy::canary_hash(
+                s.local.ip(),
+                s.local.port(),
+                s.remote.ip(),
+                s.remote.port(),
+            ),
+            5000,
+        );
+        let want = if predicted { "bpf_bbr" } else { "reno" };
+        assert_eq!(
+            s.cc.as_deref(),
+            Some(want),
+            "{} -> {}: BPF and ccctl disagree on its side",
+            s.local,
+            s.remote
+        );
+        canary += usize::from(predicted);
+    }
+    assert!(
+        (1..n).contains(&canary),
+        "both sides of the canary are taken: {canary} of {n}"
+    );
+    let default4 = run_in_ns(&tb4, Role::Sender(0), || {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .expect("the namespace's default")
+            .trim()
+            .to_string()
+    });
+    assert_eq!(
+        by_cc(&v4).get(&default4),
+        Some(&n),
+        "IPv4 connections keep the default ({default4}): {:?}",
+        by_cc(&v4)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&ccctl(&["policy", "show", "--json"]).ok().stdout).expect("json");
+    assert_eq!(v["counters"]["v6-sender0"]["canary"], n as u64);
+    assert_eq!(v["counters"]["v6-all"]["canary"], canary as u64);
+    assert_eq!(v["counters"]["v6-all"]["control"], (n - canary) as u64);
+
+    // The dry run, from inside each sender's namespace (its own is the
+    // one it lists): every IPv6 connection under its rule, predicted to
+    // get what it got; the IPv4 ones under none.
+    let dry = |tb: &Testbed, i: usize, json: bool| -> String {
+        let mut args = vec!["policy", "apply", f, "--dry-run"];
+        if json {
+            args.push("--json");
+        }
+        run_in_ns(tb, Role::Sender(i), || ccctl(&args).ok().stdout)
+    };
+    for (i, socks, rule) in [(0, &a, "v6-sender0"), (1, &b, "v6-all")] {
+        let takes: serde_json::Value =
+            serde_json::from_str(&dry(&tb6, i, true)).expect("dry run json");
+        let list = takes[rule].as_array().cloned().unwrap_or_default();
+        assert_eq!(list.len(), n, "IPv6 sender {i}, {rule}: {takes}");
+        assert_eq!(
+            takes.as_object().map(|o| o.len()),
+            Some(1),
+            "IPv6 sender {i}: only {rule} takes them: {takes}"
+        );
+        for t in &list {
+            let local: SocketAddr = t["local"].as_str().unwrap_or("").parse().expect("addr");
+            assert_eq!(local.ip(), tb6.sender_addr(i), "{t}");
+            assert_eq!(
+                t["gets"], t["cc"],
+                "the dry run predicts what BPF gave: {t}"
+            );
+            assert!(socks.iter().any(|s| s.local == local), "{t}");
+        }
+    }
+    let text = dry(&tb6, 1, false);
+    println!("{text}");
+    assert!(
+        text.contains(&format!(
+            "rule v6-all (remote fd00:ccc::/48, remote_port {port}) -> bpf-bbr on 50.0 % (canary), the rest reno; would take {n} current connection(s)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("[fd00:ccc:0:2::1]:"), "{text}");
+    let takes4: serde_json::Value =
+        serde_json::from_str(&dry(&tb4, 0, true)).expect("dry run json");
+    assert_eq!(
+        takes4,
+        serde_json::json!({}),
+        "no rule takes an IPv4 connection"
+    );
+
+    // The audit line of the apply names the rules and what they match.
+    let recs = ccctl_core::policy::audit::read(&super::test_audit_log()).expect("audit log");
+    let apply = recs
+        .iter()
+        .rev()
+        .find(|r| r.action == ccctl_core::policy::audit::Action::Apply)
+        .expect("an apply line");
+    let rules: Vec<(String, String, String)> = apply
+        .rules
+        .iter()
+        .map(|r| (r.name.clone(), r.kernel_name.clone(), r.matches.clone()))
+        .collect();
+    let want = |a: &str, b: &str, c: String| (a.to_string(), b.to_string(), c);
+    assert_eq!(
+        rules,
+        vec![
+            want(
+                "v6-sender0",
+                "dstar",
+                format!("local fd00:ccc:0:1::/64, remote_port {port}")
+            ),
+            want(
+                "v6-all",
+                "bpf_bbr",
+                format!("remote fd00:ccc::/48, remote_port {port}")
+            ),
+        ]
+    );
+
+    // A rollback run in sender 1's namespace (it walks its own) moves the
+    // IPv6 canary's live connections to the control.
+    let rb = run_in_ns(&tb6, Role::Sender(1), || {
+        ccctl(&["policy", "rollback", "v6-all", "--why", "ipv6 test"])
+            .ok()
+            .stdout
+    });
+    println!("{rb}");
+    assert!(
+        rb.contains(&format!(
+            "{canary} live canary connection(s) moved back to reno (0 failed)"
+        )),
+        "{rb}"
+    );
+    let b = sockets_to(&tb6, 1, Some(port), n);
+    assert_eq!(by_cc(&b).get("reno"), Some(&n), "{:?}", by_cc(&b));
+    let a = sockets_to(&tb6, 0, Some(port), n);
+    assert_eq!(by_cc(&a).get("dstar"), Some(&n), "the other rule's stay");
+    drop((s6, s4));
+    ccctl(&["policy", "clear"]).ok();
+    let _ = tb6.destroy();
+    let _ = tb4.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `f` on a thread in the testbed namespace of `role` (commands it runs
+/// start there: their own namespace is that one).
+fn run_in_ns<T: Send>(tb: &Testbed, role: Role, f: impl FnOnce() -> T + Send) -> T {
+    ccctl_sys::netns::run_in(&ns_path(tb, role), f).expect("entering the namespace")
 }

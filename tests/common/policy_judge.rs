@@ -451,3 +451,221 @@ pub fn apply_and_rollback_write_audit_lines() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Python (the venv `cargo xtask setup` makes) for a client that must run
+/// as its own process, in a cgroup of the test's choosing.
+const PYTHON: &str = "/opt/ccctl/venv/bin/python3";
+
+/// Connects from `SRC` to `DST:DPORT` from the local ports `IDLE` (then
+/// left idle) and `BULK` (then each written 16 KiB every 20 ms, a few
+/// Mbit/s) and holds them for `SECS`. argv: SRC DST DPORT IDLE,... BULK,... SECS.
+const CLIENT_PY: &str = r#"
+import socket, sys, time
+src, dst, dport = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fam = socket.AF_INET6 if ":" in src else socket.AF_INET
+def conn(p):
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((src, p))
+    s.connect((dst, dport))
+    return s
+idle = [conn(int(p)) for p in sys.argv[4].split(",")]
+bulk = [conn(int(p)) for p in sys.argv[5].split(",")]
+for s in bulk:
+    s.setblocking(False)
+buf = b"x" * 16384
+end = time.time() + float(sys.argv[6])
+while time.time() < end:
+    for s in bulk:
+        try:
+            s.send(buf)
+        except BlockingIOError:
+            pass
+    time.sleep(0.02)
+"#;
+
+/// [`CLIENT_PY`] as a process of `cgroup`, in sender 0's namespace.
+fn client_in_cgroup(
+    tb: &Testbed,
+    cgroup: &Path,
+    to: SocketAddr,
+    idle: &[u16],
+    bulk: &[u16],
+    secs: u32,
+) -> Spawned {
+    let list = |ps: &[u16]| ps.iter().map(u16::to_string).collect::<Vec<_>>().join(",");
+    Spawned::new(
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "echo $$ > {}/cgroup.procs && exec ip netns exec {} {PYTHON} -c \"$0\" \"$@\"",
+                    cgroup.display(),
+                    tb.ns(Role::Sender(0))
+                ),
+                CLIENT_PY,
+                &tb.sender_addr(0).to_string(),
+                &to.ip().to_string(),
+                &to.port().to_string(),
+                &list(idle),
+                &list(bulk),
+                &secs.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the python client"),
+    )
+}
+
+/// The judge sees what the rule takes: a rule on a *parent* cgroup judges
+/// the connections of a process in a *child* cgroup (as the BPF side and
+/// the dry run put them under the rule). Two idle canary connections
+/// (Reno) and two bulk control connections (Cubic), picked by the canary
+/// hash, from a process in `<test cgroup>/app`; the rule names the test
+/// cgroup. `/metrics` shows 2 + 2 flows in the rule's groups, the judge
+/// (canary goodput at least 0.5 of the control's, held 2 s) rolls the
+/// idle canary back with a goodput-ratio breach over those 2 + 2 flows,
+/// and its 2 live connections move to Cubic. A judge blind to child
+/// cgroups sees no flows and never decides (this test then times out).
+pub fn judge_takes_the_connections_of_child_cgroups() {
+    let _g = PolicyGuard::new();
+    let parent = super::policy::TestCgroup::new();
+    let child = parent.child("app");
+    let tb = super::policy::testbed(1);
+    let dir = tempdir("policy-judge-cgroup");
+    let audit_path = dir.join("audit.jsonl");
+    let port = tb.alloc_port();
+    let metrics_port = free_port();
+    let cfg = format!(
+        "on_exit = \"unload\"\naudit = \"{audit}\"\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n\
+         [[rule]]\nname = \"by-cgroup\"\nmatch = {{ cgroup = \"{cg}\", netns = \"{ns}\" }}\n\
+         algorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n\
+         [rule.judge]\nmin_goodput_ratio = 0.5\nmax_rtt_ratio = 50.0\nmax_retrans_ratio = 1000.0\n\
+         hold = \"2s\"\ninterval = \"1s\"\nmin_flows = 2\n",
+        audit = audit_path.display(),
+        cg = parent.0.display(),
+        ns = ns(&tb, Role::Sender(0)).display(),
+    );
+    let cfg_path = dir.join("daemon.toml");
+    std::fs::write(&cfg_path, &cfg).expect("config");
+    let daemon = Spawned::new(
+        Command::new(super::ccctl_bin())
+            .args(["daemon", "--config"])
+            .arg(&cfg_path)
+            .arg("--lock")
+            .arg(dir.join("daemon.lock"))
+            .env_remove(audit::AUDIT_ENV)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ccctl daemon"),
+    );
+    super::lab::wait_for(
+        "the daemon to apply its rule",
+        Duration::from_secs(30),
+        || state("by-cgroup") == "canary",
+    );
+    let sink = Sink::start(&tb, port);
+    let ports = split_ports(tb.sender_addr(0), sink.addr, 44000, 2);
+    let (canary_ports, control_ports) = ports.split_at(2);
+    let client = client_in_cgroup(&tb, &child.0, sink.addr, canary_ports, control_ports, 40);
+    let socks = sockets_to(&tb, 0, Some(port), 4);
+    let child_id = child.id();
+    println!(
+        "from the child cgroup ({child_id}): {:?}",
+        socks
+            .iter()
+            .map(|s| (s.local.port(), s.cc.clone(), s.cgroup_id))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(socks.len(), 4, "the client's 4 connections");
+    assert!(
+        socks.iter().all(|s| s.cgroup_id == Some(child_id)),
+        "inet_diag puts them in the child cgroup"
+    );
+    for s in &socks {
+        let want = if canary_ports.contains(&s.local.port()) {
+            "reno"
+        } else {
+            "cubic"
+        };
+        assert_eq!(
+            s.cc.as_deref(),
+            Some(want),
+            "port {}: the BPF side takes the child cgroup's connections",
+            s.local.port()
+        );
+    }
+    // The judge's groups, as /metrics shows them.
+    let mut flows = (None, None);
+    super::lab::wait_for(
+        "the judge to count the child cgroup's connections",
+        Duration::from_secs(10),
+        || {
+            let m = scrape(metrics_port);
+            let f = |g: &str| {
+                metric(
+                    &m,
+                    &format!("ccctl_policy_group_flows{{rule=\"by-cgroup\",group=\"{g}\"}}"),
+                )
+            };
+            flows = (f("canary"), f("control"));
+            flows == (Some(2.0), Some(2.0)) || state("by-cgroup") == "rolled_back"
+        },
+    );
+    println!("judged flows (canary, control): {flows:?}");
+    let started = Instant::now();
+    super::lab::wait_for(
+        "the judge to roll the idle canary back",
+        Duration::from_secs(15),
+        || state("by-cgroup") == "rolled_back",
+    );
+    println!(
+        "rolled back {:?} after the flows were counted",
+        started.elapsed()
+    );
+    // The state flips first; the live connections move after it, then the
+    // audit line is written.
+    super::lab::wait_for(
+        "the automatic rollback's audit line",
+        Duration::from_secs(10),
+        || {
+            audit::read(&audit_path)
+                .is_ok_and(|rs| rs.iter().any(|r| r.action == Action::AutoRollback))
+        },
+    );
+    let after = by_cc(&sockets_to(&tb, 0, Some(port), 4));
+    assert_eq!(
+        after.get("cubic"),
+        Some(&4),
+        "the canary's live connections moved to the control: {after:?}"
+    );
+    let recs = audit::read(&audit_path).expect("the audit log");
+    let auto: Vec<_> = recs
+        .iter()
+        .filter(|r| r.action == Action::AutoRollback)
+        .collect();
+    assert_eq!(auto.len(), 1, "{recs:?}");
+    let d = auto[0].decision.as_ref().expect("the numbers that decided");
+    println!("decided: {}", auto[0].why);
+    assert_eq!(
+        (d.canary.flows, d.control.flows),
+        (2, 2),
+        "the child cgroup's connections were judged: {d:?}"
+    );
+    assert!(
+        d.breaches
+            .iter()
+            .any(|b| matches!(b, Breach::GoodputRatio { measured, .. } if *measured < 0.5)),
+        "an idle canary breaches by goodput: {d:?}"
+    );
+    assert_eq!(auto[0].outcome["moved"], 2, "{:?}", auto[0].outcome);
+    drop(client);
+    drop(sink);
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::TERM);
+    let out = daemon.take().wait_with_output().expect("daemon exit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "daemon: {stderr}");
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1133,8 +1133,9 @@ fn reproduce_quick_reports_what_its_parquet_files_hold() {
 }
 
 /// The rollout policy (`ccctl policy`, issue 28): rules by port, prefix and
-/// cgroup take exactly the connections they name; a 25 % canary of 200
-/// connections; rollback of live connections.
+/// cgroup take exactly the connections they name, over IPv4 and IPv6; a
+/// 25 % canary of 200 connections; rollback of live connections; the
+/// judge takes a parent cgroup's rule to its child cgroups.
 mod policy {
     #[test]
     fn policy_rules_by_port_and_prefix_take_exactly_theirs() {
@@ -1184,5 +1185,15 @@ mod policy {
     #[test]
     fn policy_bad_files_change_nothing() {
         crate::common::policy::bad_policies_change_nothing();
+    }
+
+    #[test]
+    fn policy_judge_takes_the_connections_of_child_cgroups() {
+        crate::common::policy_judge::judge_takes_the_connections_of_child_cgroups();
+    }
+
+    #[test]
+    fn policy_rules_by_ipv6_prefix_take_ipv6_connections_only() {
+        crate::common::policy::rules_by_ipv6_prefix_take_ipv6_connections_only();
     }
 }

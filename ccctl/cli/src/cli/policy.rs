@@ -1,13 +1,13 @@
 //! `ccctl policy apply|show|rollback|clear`: the rollout policy
 //! (`ccctl_core::policy`).
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use ccctl_core::kernel;
-use ccctl_core::policy::{audit, kernel as pk, CgroupRef, Policy, PolicyFile};
+use ccctl_core::policy::{audit, kernel as pk, CgroupRef, CgroupSubtrees, Policy, PolicyFile};
 use ccctl_observe::sockdiag::DiagSocket;
 
 #[derive(Debug, Subcommand)]
@@ -215,16 +215,8 @@ pub fn dry_run(policy: &Policy) -> Result<BTreeMap<String, Vec<Take>>> {
             }
         }
     }
-    // Each cgroup rule's subtree, as ids.
-    let mut subtrees: BTreeMap<PathBuf, BTreeSet<u64>> = BTreeMap::new();
-    for r in &policy.rules {
-        if let Some(c) = &r.cgroup {
-            subtrees
-                .entry(c.path.clone())
-                .or_insert_with(|| subtree_ids(&c.path));
-        }
-    }
-    let in_cgroup = |g: &CgroupRef, id: u64| subtrees.get(&g.path).is_some_and(|s| s.contains(&id));
+    let subtrees = CgroupSubtrees::of(&policy.rules);
+    let in_cgroup = |g: &CgroupRef, id: u64| subtrees.contains(g, id);
     let mut out: BTreeMap<String, Vec<Take>> = BTreeMap::new();
     for (path, cookie) in spaces {
         let diag = DiagSocket::open_at(path.as_deref()).context("opening inet_diag")?;
@@ -242,25 +234,6 @@ pub fn dry_run(policy: &Policy) -> Result<BTreeMap<String, Vec<Take>>> {
         }
     }
     Ok(out)
-}
-
-fn subtree_ids(root: &Path) -> BTreeSet<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let mut ids = BTreeSet::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        if let Ok(md) = std::fs::metadata(&d) {
-            ids.insert(md.ino());
-        }
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            for e in rd.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    todo.push(e.path());
-                }
-            }
-        }
-    }
-    ids
 }
 
 #[derive(serde::Serialize)]

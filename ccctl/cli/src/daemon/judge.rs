@@ -9,7 +9,8 @@
 //! Which sockets: those of the daemon's network namespace and of each
 //! rule's `netns`, established, whose first matching rule (first match
 //! wins, as in BPF) is the rule. A cgroup rule counts the sockets of its
-//! own cgroup only (not its descendants).
+//! cgroup and of every cgroup below it ([`CgroupSubtrees`], as the dry run
+//! and `bpf/policy.bpf.c` decide).
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
@@ -17,7 +18,7 @@ use std::time::Instant;
 
 use ccctl_core::policy::judge::{group_sample, GroupSample, Judge, SockCounters, Verdict};
 use ccctl_core::policy::kernel::{self as pk, Applied, RuleState};
-use ccctl_core::policy::{audit, Policy};
+use ccctl_core::policy::{audit, CgroupRef, CgroupSubtrees, Policy};
 use ccctl_observe::sockdiag::DiagSocket;
 
 /// What `/metrics` shows per rule.
@@ -199,7 +200,10 @@ fn sample(doc: &Applied) -> anyhow::Result<Groups> {
         }
     }
     let mut out = Groups::new();
-    let not_below = |_: &ccctl_core::policy::CgroupRef, _: u64| false;
+    // Below a rule's cgroup as the dry run and the BPF side see it (walked
+    // each sample: a cgroup made since the last one counts).
+    let subtrees = CgroupSubtrees::of(&policy.rules);
+    let in_cgroup = |g: &CgroupRef, id: u64| subtrees.contains(g, id);
     for (path, cookie) in spaces {
         let diag = DiagSocket::open_at(path.as_deref()).context("opening inet_diag")?;
         for s in diag.tcp_sockets().context("listing TCP connections")? {
@@ -210,7 +214,7 @@ fn sample(doc: &Applied) -> anyhow::Result<Groups> {
                 continue;
             }
             let c = s.conn(cookie);
-            let Some(rule) = policy.rules.iter().find(|r| r.matches(&c, &not_below)) else {
+            let Some(rule) = policy.rules.iter().find(|r| r.matches(&c, &in_cgroup)) else {
                 continue;
             };
             let Some(control) = &rule.control else {

@@ -95,6 +95,11 @@ pub struct RuleRecord {
     pub algorithm: String,
     /// The registration its connections get (`modest_bbr_p1`).
     pub kernel_name: String,
+    /// What it matches, as `ccctl policy show` says it (`remote
+    /// fd00:ccc::/48, remote_port 443`; `every connection`). Absent in
+    /// lines written before it was recorded.
+    #[serde(default, rename = "match", skip_serializing_if = "String::is_empty")]
+    pub matches: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, f64>,
     pub share: f64,
@@ -108,6 +113,7 @@ impl From<&Rule> for RuleRecord {
             name: r.name.clone(),
             algorithm: r.algorithm.name.clone(),
             kernel_name: r.algorithm.kernel_name.clone(),
+            matches: r.describe_match(),
             params: r.algorithm.param_values.clone(),
             share: r.share,
             control: r.control.as_ref().map(|c| c.kernel_name.clone()),
@@ -272,6 +278,7 @@ mod tests {
             name: "web".into(),
             algorithm: "bbr".into(),
             kernel_name: "bbr".into(),
+            matches: "remote fd00:ccc::/48, remote_port 443".into(),
             params: BTreeMap::new(),
             share: 0.5,
             control: Some("cubic".into()),
@@ -308,6 +315,10 @@ mod tests {
         assert_eq!(first["who"]["pid"], std::process::id());
         assert_eq!(first["rules"][0]["control"], "cubic");
         assert_eq!(
+            first["rules"][0]["match"],
+            "remote fd00:ccc::/48, remote_port 443"
+        );
+        assert_eq!(
             first["decision"]["breaches"][0]["retrans_ratio"]["measured"],
             7.5
         );
@@ -316,6 +327,16 @@ mod tests {
         assert_eq!(back[0], rec);
         assert_eq!(back[1].action, Action::Clear);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A line written before `match` was recorded still reads.
+    #[test]
+    fn a_rule_without_match_reads_back() {
+        let r: RuleRecord = serde_json::from_str(
+            r#"{"name":"a","algorithm":"reno","kernel_name":"reno","share":1.0}"#,
+        )
+        .expect("an older line");
+        assert_eq!(r.matches, "");
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub mod audit;
 pub mod judge;
 pub mod kernel;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -664,6 +664,63 @@ pub struct Conn {
     /// Its cgroup v2 id, if known (inet_diag reports it).
     pub cgroup_id: Option<u64>,
     pub netns_cookie: Option<u64>,
+}
+
+/// Which cgroups lie at or below each cgroup a rule names, by id (the
+/// directory's inode number, what inet_diag reports as a socket's cgroup
+/// and what the BPF side compares): the one answer to "is this
+/// connection's cgroup the rule's or below it" for everything that reads
+/// connections from userspace (`ccctl policy apply --dry-run`, the daemon's
+/// judge), so they take the connections `bpf/policy.bpf.c` gives the rule.
+///
+/// Read when built: a cgroup created later is not in it (the judge builds
+/// one per sample). A rule's cgroup whose directory is gone, or now holds
+/// another cgroup (another id, as after `rmdir` and `mkdir`), has an empty
+/// subtree: the BPF side matches by id, and that id has no sockets left.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupSubtrees(BTreeMap<u64, BTreeSet<u64>>);
+
+impl CgroupSubtrees {
+    /// The subtree of every cgroup the rules name, walked now.
+    pub fn of(rules: &[Rule]) -> CgroupSubtrees {
+        let mut out = BTreeMap::new();
+        for g in rules.iter().filter_map(|r| r.cgroup.as_ref()) {
+            out.entry(g.id)
+                .or_insert_with(|| subtree_ids(&g.path, g.id));
+        }
+        CgroupSubtrees(out)
+    }
+
+    /// Whether cgroup `id` is `g` or below it (`in_cgroup` of
+    /// [`Policy::decide`] and [`Rule::matches`]).
+    pub fn contains(&self, g: &CgroupRef, id: u64) -> bool {
+        id == g.id || self.0.get(&g.id).is_some_and(|s| s.contains(&id))
+    }
+}
+
+/// The ids (inode numbers) of `root` and every directory below it; empty
+/// when `root` is missing or is not the cgroup `id` any more.
+fn subtree_ids(root: &Path, id: u64) -> BTreeSet<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut ids = BTreeSet::new();
+    if !std::fs::metadata(root).is_ok_and(|m| m.is_dir() && m.ino() == id) {
+        return ids;
+    }
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        if let Ok(md) = std::fs::symlink_metadata(&d) {
+            ids.insert(md.ino());
+        }
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                // Not through symlinks: cgroupfs has none, a test tree may.
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    todo.push(e.path());
+                }
+            }
+        }
+    }
+    ids
 }
 
 /// Where a connection goes under a policy.

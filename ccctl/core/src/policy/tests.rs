@@ -366,3 +366,67 @@ fn the_fleet_example_is_valid() {
         p.overlaps
     );
 }
+
+/// `CgroupSubtrees` walks the directory a cgroup rule names, by inode
+/// number (what a cgroup id is): a child and a grandchild are below it, a
+/// sibling is not, and a directory replaced under the same path (another
+/// inode: another cgroup) has no subtree.
+#[test]
+fn cgroup_subtrees_hold_the_rules_cgroup_and_its_descendants() {
+    use std::os::unix::fs::MetadataExt;
+    let base = std::env::temp_dir().join(format!("ccctl-subtrees-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (parent, child, grandchild, sibling) = (
+        base.join("web"),
+        base.join("web/api"),
+        base.join("web/api/v2"),
+        base.join("db"),
+    );
+    for d in [&grandchild, &sibling] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    let ino = |p: &Path| std::fs::metadata(p).expect("stat").ino();
+    let rule = |path: &Path, id: u64| Rule {
+        cgroup: Some(CgroupRef {
+            path: path.to_path_buf(),
+            id,
+            level: 1,
+        }),
+        ..policy("[[rule]]\nname = \"r\"\nalgorithm = \"reno\"\n")
+            .expect("valid")
+            .rules
+            .remove(0)
+    };
+    let r = rule(&parent, ino(&parent));
+    let trees = CgroupSubtrees::of(std::slice::from_ref(&r));
+    let g = r.cgroup.as_ref().expect("cgroup");
+    for d in [&parent, &child, &grandchild] {
+        assert!(
+            trees.contains(g, ino(d)),
+            "{} is below the rule's",
+            d.display()
+        );
+    }
+    assert!(!trees.contains(g, ino(&sibling)), "a sibling is not");
+    let conn = |id: u64| Conn {
+        local: "198.18.0.1".parse().expect("addr"),
+        local_port: 1,
+        remote: "198.18.0.2".parse().expect("addr"),
+        remote_port: 2,
+        cgroup_id: Some(id),
+        netns_cookie: None,
+    };
+    let via = |g: &CgroupRef, id: u64| trees.contains(g, id);
+    assert!(r.matches(&conn(ino(&grandchild)), &via));
+    assert!(!r.matches(&conn(ino(&sibling)), &via));
+    // The rule's id no longer at its path: nothing below it.
+    let stale = rule(&parent, ino(&sibling));
+    let trees = CgroupSubtrees::of(std::slice::from_ref(&stale));
+    let g = stale.cgroup.as_ref().expect("cgroup");
+    assert!(!trees.contains(g, ino(&child)));
+    assert!(
+        trees.contains(g, ino(&sibling)),
+        "its own id still is its own"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -412,6 +412,39 @@ mod dstar {
             4,
         );
     }
+
+    fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// The measurement behind the many-flow test's margin (not run by
+    /// default): `CCCTL_STUDY_PAIRS` (4) ABAB pairs of `CCCTL_STUDY_FLOWS`
+    /// (16) D* flows and as many bpf_bbr flows, `CCCTL_STUDY_SECS` (20) s
+    /// each, at `CCCTL_STUDY_MBIT` (20) Mbit/s, `CCCTL_STUDY_RTT_MS` (100)
+    /// ms, `CCCTL_STUDY_BDP` (1) BDP; the first `CCCTL_STUDY_WARMUP` (5) s
+    /// left out. Table in target/ccctl-figures/host-dstar-many-flow-study.txt.
+    #[test]
+    #[ignore = "a measurement: cargo test -p ccctl-tests --test host dstar_many_flow_rtt_study -- --ignored --nocapture"]
+    fn dstar_many_flow_rtt_study() {
+        let rate: u64 = env_or("CCCTL_STUDY_MBIT", 20) * 1_000_000;
+        let rtt = Duration::from_millis(env_or("CCCTL_STUDY_RTT_MS", 100));
+        let bdps: f64 = env_or("CCCTL_STUDY_BDP", 1.0);
+        crate::common::outcomes::many_flow_rtt_study(
+            || {
+                TestbedConfig::new(rate, buffer_bdp(rate, rtt, bdps, 1500))
+                    .with_rtts(&[rtt])
+                    .userspace()
+            },
+            env_or("CCCTL_STUDY_FLOWS", 16),
+            env_or("CCCTL_STUDY_SECS", 20),
+            env_or("CCCTL_STUDY_WARMUP", 5.0),
+            env_or("CCCTL_STUDY_PAIRS", 4),
+            "host-dstar-many-flow-study.txt",
+        );
+    }
 }
 
 /// Modest BBR with a base RTT, on the userspace path emulator (VM tests

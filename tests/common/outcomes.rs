@@ -226,6 +226,74 @@ pub fn many_flow_runs(
     (runs, text)
 }
 
+/// TCP D*'s many-flow claim (tcp-dstar.txt Sec. 4.2, Fig. 5: with many
+/// flows on a congested link it keeps a lower RTT than BBR at full use of
+/// the link), against bpf_bbr: the runs of `order` (ABAB, so a drift of the
+/// machine's speed hits both alike), `n` flows of one algorithm at a time.
+/// Required: D*'s mean RTT over its runs at least `margin_ms` below
+/// bpf_bbr's (the caller derives the margin from the measured spread), and
+/// every run of either acknowledging at least `min_util` of the rate, so a
+/// D* that merely sends less cannot pass. `a` is D*'s kernel name (the
+/// can-fail check passes "bpf_bbr" there).
+#[allow(clippy::too_many_arguments)]
+pub fn many_flow_rtt_below_bpf_bbr(
+    cfg: impl Fn() -> TestbedConfig,
+    a: &str,
+    n: usize,
+    secs: u64,
+    warmup: f64,
+    pairs: usize,
+    margin_ms: f64,
+    min_util: f64,
+    figure: &str,
+) {
+    let _clean = Clean::new();
+    ccctl(&["load", "bpf-bbr"]).ok();
+    ccctl(&["load", "dstar"]).ok();
+    let rate = cfg().rate_bps as f64;
+    let order: Vec<&str> = (0..pairs).flat_map(|_| [a, "bpf_bbr"]).collect();
+    let (runs, mut text) = many_flow_runs(cfg, &order, n, secs, warmup);
+    let side = |cc_is_a: bool| -> Vec<&ManyFlowRun> {
+        runs.iter()
+            .enumerate()
+            .filter(|(i, _)| (i % 2 == 0) == cc_is_a)
+            .map(|(_, r)| r)
+            .collect()
+    };
+    let rtt_a = mean(&side(true).iter().map(|r| r.mean_rtt_ms).collect::<Vec<_>>());
+    let rtt_b = mean(
+        &side(false)
+            .iter()
+            .map(|r| r.mean_rtt_ms)
+            .collect::<Vec<_>>(),
+    );
+    text.push_str(&format!(
+        "\n  {a} mean RTT {rtt_a:.1} ms vs bpf_bbr {rtt_b:.1} ms: {:.1} ms lower ({:.3}x); \
+         required at least {margin_ms:.1} ms lower, every run >= {:.0} % of the rate",
+        rtt_b - rtt_a,
+        rtt_a / rtt_b,
+        100.0 * min_util
+    ));
+    record(figure, &text);
+    for (i, r) in runs.iter().enumerate() {
+        assert!(
+            r.acked_bps >= min_util * rate,
+            "run {} ({} x {}): {:.2} Mbit/s acknowledged, below {:.0} % of {:.0} Mbit/s:\n{text}",
+            i + 1,
+            n,
+            r.cc,
+            mbit(r.acked_bps),
+            100.0 * min_util,
+            mbit(rate)
+        );
+    }
+    assert!(
+        rtt_a <= rtt_b - margin_ms,
+        "{a}'s many-flow mean RTT {rtt_a:.1} ms is not {margin_ms:.1} ms below bpf_bbr's \
+         {rtt_b:.1} ms:\n{text}"
+    );
+}
+
 /// The measurement behind [`many_flow_rtt_below_bpf_bbr`]'s margin: `pairs`
 /// ABAB pairs of D* and bpf_bbr, no assertion on the outcome.
 pub fn many_flow_rtt_study(

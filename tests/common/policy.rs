@@ -462,15 +462,7 @@ pub fn canary_takes_its_share_and_rollback_moves_live_flows_back() {
     );
     assert!((40..=60).contains(&canary), "25 % +- 5 % of 200: {canary}");
     for s in &socks {
-        let predicted = ccctl_core::policy::in_canary(
-            ccctl_core::policy::canary_hash(
-                s.local.ip(),
-                s.local.port(),
-                s.remote.ip(),
-                s.remote.port(),
-            ),
-            2500,
-        );
+        let predicted = predicted_canary(s, 2500);
         let got = s.cc.as_deref() == Some("modest_bbr_p1");
         assert_eq!(
             got, predicted,
@@ -969,15 +961,7 @@ control = "reno"
     assert_eq!(by_cc(&a).get("dstar"), Some(&n), "{:?}", by_cc(&a));
     let mut canary = 0;
     for s in &b {
-        let predicted = ccctl_core::policy::in_canary(
-            ccctl_core::policy::canary_hash(
-                s.local.ip(),
-                s.local.port(),
-                s.remote.ip(),
-                s.remote.port(),
-            ),
-            5000,
-        );
+        let predicted = predicted_canary(s, 5000);
         let want = if predicted { "bpf_bbr" } else { "reno" };
         assert_eq!(
             s.cc.as_deref(),
@@ -1115,4 +1099,18 @@ control = "reno"
 /// start there: their own namespace is that one).
 fn run_in_ns<T: Send>(tb: &Testbed, role: Role, f: impl FnOnce() -> T + Send) -> T {
     ccctl_sys::netns::run_in(&ns_path(tb, role), f).expect("entering the namespace")
+}
+
+/// Whether ccctl's own hash (the dry run's) puts `s` in a canary of
+/// `share_bp` basis points: what the BPF side must have decided.
+pub fn predicted_canary(s: &TcpSocket, share_bp: u32) -> bool {
+    ccctl_core::policy::in_canary(
+        ccctl_core::policy::canary_hash(
+            s.local.ip(),
+            s.local.port(),
+            s.remote.ip(),
+            s.remote.port(),
+        ),
+        share_bp,
+    )
 }

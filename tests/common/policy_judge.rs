@@ -232,17 +232,7 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
     );
     let cfg_path = dir.join("daemon.toml");
     std::fs::write(&cfg_path, &cfg).expect("config");
-    let daemon = Spawned::new(
-        Command::new(super::ccctl_bin())
-            .args(["daemon", "--config"])
-            .arg(&cfg_path)
-            .arg("--lock")
-            .arg(dir.join("daemon.lock"))
-            .env_remove(audit::AUDIT_ENV)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("ccctl daemon"),
-    );
+    let daemon = spawn_daemon(&cfg_path, &dir);
     super::lab::wait_for(
         "the daemon to apply its rules",
         Duration::from_secs(30),
@@ -549,17 +539,7 @@ pub fn judge_takes_the_connections_of_child_cgroups() {
     );
     let cfg_path = dir.join("daemon.toml");
     std::fs::write(&cfg_path, &cfg).expect("config");
-    let daemon = Spawned::new(
-        Command::new(super::ccctl_bin())
-            .args(["daemon", "--config"])
-            .arg(&cfg_path)
-            .arg("--lock")
-            .arg(dir.join("daemon.lock"))
-            .env_remove(audit::AUDIT_ENV)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("ccctl daemon"),
-    );
+    let daemon = spawn_daemon(&cfg_path, &dir);
     super::lab::wait_for(
         "the daemon to apply its rule",
         Duration::from_secs(30),
@@ -668,4 +648,20 @@ pub fn judge_takes_the_connections_of_child_cgroups() {
     assert!(out.status.success(), "daemon: {stderr}");
     let _ = tb.destroy();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `ccctl daemon` on `cfg`, its lock in `dir`, the audit log where the
+/// config says (not the environment's), stderr kept for the test.
+fn spawn_daemon(cfg: &std::path::Path, dir: &std::path::Path) -> Spawned {
+    Spawned::new(
+        Command::new(super::ccctl_bin())
+            .args(["daemon", "--config"])
+            .arg(cfg)
+            .arg("--lock")
+            .arg(dir.join("daemon.lock"))
+            .env_remove(audit::AUDIT_ENV)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ccctl daemon"),
+    )
 }

@@ -58,7 +58,7 @@ pub const OLDEST_FORMAT: u32 = 1;
 /// Why a run directory's file cannot be read (or written).
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
-    #[error("{path}: {source}")]
+    #[error("reading {path}: {source}")]
     Io {
         path: PathBuf,
         #[source]

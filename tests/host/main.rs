@@ -247,11 +247,14 @@ mod flows {
         );
     }
 
-    /// Pseudocode 2 read back from patched_bbr's trace (see the function).
-    /// This kernel has no taprio for a gate, so the Off threshold is tuned
-    /// down to 0.1 ms and both Θ thresholds up to 0.9/0.999: the 0-RTT
-    /// link's own sub-millisecond gaps then give rounds of every level, and
-    /// every branch of eqs. 36-38 is taken and checked.
+    /// Pseudocode 2 read back from patched_bbr's trace (see the function)
+    /// with every threshold tuned live: the Off threshold down to 0.1 ms and
+    /// both Θ thresholds up to 0.9/0.999, so that the 0-RTT link's own
+    /// sub-millisecond gaps make Θ move and every event is recomputed under
+    /// the tuned rule. Which levels those gaps reach is chance (CI
+    /// 2026-11-27: no round above 0.999 in one run), so this test asks only
+    /// that the rule was checked on the events; every level and branch is
+    /// forced by the gates of `patched_theta_matches_the_gate_at_every_level`.
     #[test]
     fn patched_bbr_follows_pseudocode2() {
         use crate::common::patched::{pseudocode2_from_trace, Rule};
@@ -278,8 +281,8 @@ mod flows {
             rule,
         );
         assert!(
-            sum.boosted > 0 && sum.corrected > 0 && sum.levels.iter().all(|&n| n > 0),
-            "not every branch of Pseudocode 2 was taken: {sum:?}"
+            sum.probe_bw > 1000 && sum.theta_updates > 0,
+            "too little of the trace checked against the tuned rule: {sum:?}"
         );
     }
 }
@@ -1115,16 +1118,36 @@ mod patched_host {
             let truth = on as f64 / (on + off) as f64;
             let sum = patched::theta_behind_gate(Some((on, off)));
             println!(
-                "{name} (On {on} / Off {off} ms): Θ {:.3}, gate {truth:.3}",
+                "{name} (On {on} / Off {off} ms): Θ {:.3}, gate {truth:.3}, {sum:?}",
                 sum.mean_theta
             );
-            got.push((name, sum.mean_theta, truth));
+            got.push((name, sum, truth));
         }
-        for (name, theta, truth) in got {
+        // Each gate forces its level of eq. 38 under the default thresholds
+        // (2/3 and 1/3; the gates' Θ 0.75, 0.5, 0.125 sit 0.08 or more from
+        // them), so every branch of Pseudocode 2 is taken here, not by
+        // chance: the level with most PROBE_BW events is the gate's (levels
+        // are counted heavy, medium, little); below Little the probe's pacing
+        // gain is boosted (eq. 37) and every gated run corrects D by Θ
+        // (eq. 36). Pseudocode2's own check recomputed every event.
+        for (level, (name, sum, truth)) in [2usize, 1, 0].into_iter().zip(got) {
+            let theta = sum.mean_theta;
             assert!(
                 (theta - truth).abs() <= 0.1,
                 "{name}: Θ {theta:.3} against the gate's {truth:.3}"
             );
+            let top = (0..3).max_by_key(|&l| sum.levels[l]).unwrap_or(0);
+            assert_eq!(
+                top, level,
+                "{name}: most events at level {top} (0 heavy, 1 medium, 2 little), not {level}: {sum:?}"
+            );
+            assert!(
+                sum.corrected > 0,
+                "{name}: no sample corrected by Θ: {sum:?}"
+            );
+            if level < 2 {
+                assert!(sum.boosted > 0, "{name}: no boosted probe: {sum:?}");
+            }
         }
     }
 

@@ -433,7 +433,7 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
         ),
         bad(
             &["lab", "merge", &s("a-file"), "--out", &out_dir],
-            &["a-file", "reading metadata.json"],
+            &["reading ", "a-file/metadata.json"],
         ),
         bad(&["lab", "merge", "--out", &out_dir], &["<DIRS>"]),
         // daemon

@@ -357,6 +357,7 @@ fn install() -> Result<()> {
     let mut storage = MaybeUninit::uninit();
     let mut open = open_skel(&mut storage)?;
     open.progs.ccctl_policy_rollback.set_autoload(false);
+    open.progs.ccctl_policy_migrate.set_autoload(false);
     let skel = open.load().map_err(bpf("loading the policy BPF object"))?;
     for (prog, pin) in [
         (&skel.progs.ccctl_policy_sockops, LINK_SOCKOPS),
@@ -678,6 +679,7 @@ fn migrate(rule_id: u32, to: &str, namespaces: &[PathBuf]) -> Result<(u64, u64)>
     for p in [
         &mut open.progs.ccctl_policy_sockops,
         &mut open.progs.ccctl_policy_setsockopt,
+        &mut open.progs.ccctl_policy_migrate,
     ] {
         p.set_autoload(false);
     }

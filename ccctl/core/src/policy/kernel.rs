@@ -4,8 +4,11 @@
 //!
 //! Pins (`<bpffs>/ccctl/policy/`, 0700 like the rest of the tree):
 //!   `policy_rules`, `policy_hdr`, `policy_doc`, `policy_stats`,
-//!   `policy_iter_cfg`, `policy_sk`  the object's maps (pinned by name: a
-//!                                   later load of the object reuses them);
+//!   `policy_iter_cfg`, `policy_sk`, `policy_mig_cfg`, `policy_mig_stats`
+//!                                   the object's maps (pinned by name: a
+//!                                   later load of the object reuses them;
+//!                                   the last two are pinned at the first
+//!                                   load that has them);
 //!   `sockops_link`, `setsockopt_link` its cgroup attachments.
 //! A rule with its own parameter set runs on a *derived registration*: the
 //! algorithm's embedded object registered once more under a derived kernel

@@ -442,7 +442,7 @@ struct ccctl_policy_sk {
 	__u32 rule_id; /* the rule that took the socket; 0: none */
 	__u8 group;    /* CCCTL_POLICY_GROUP_* */
 	__u8 flags;    /* CCCTL_POLICY_SK_* */
-	__u16 pad;
+	__u16 gen;     /* low 16 bits of the policy generation that decided it (the migration skips its own apply's) */
 	char prev[CCCTL_CA_NAME_MAX]; /* congestion control before the rule set it */
 };
 
@@ -463,6 +463,32 @@ struct ccctl_policy_iter_cfg {
 	char to[CCCTL_CA_NAME_MAX]; /* move them to this; "": each socket's previous one */
 	__u64 moved;      /* out: sockets moved */
 	__u64 failed;     /* out: bpf_setsockopt refused */
+};
+
+/*
+ * Opt-in migration of live connections onto the rules (`ccctl policy apply
+ * --migrate`): the iter/tcp program ccctl_policy_migrate walks the TCP
+ * sockets of one network namespace and gives each ESTABLISHED one the
+ * first matching rule's decision, as the sockops program would have at its
+ * establishment.  One entry of "policy_mig_cfg", written before each
+ * namespace is walked; per-rule counters in "policy_mig_stats" (new maps,
+ * so the pinned maps of an older ccctl are reused unchanged).
+ */
+struct ccctl_policy_mig_cfg {
+	__u32 generation; /* the apply's generation: 0 = off; its own sockops' sockets are skipped */
+	__u32 pad;
+	__u64 netns_cookie; /* cookie of the namespace being walked (rules by netns) */
+	char dflt[CCCTL_CA_NAME_MAX]; /* that namespace's default congestion control */
+	__u64 seen;         /* out: ESTABLISHED sockets looked at */
+};
+
+/* Per-rule migration counters (hash "policy_mig_stats", by rule_id). */
+struct ccctl_policy_mig_stats {
+	__u64 canary;   /* live connections put on the canary algorithm */
+	__u64 control;  /* live connections put on the control */
+	__u64 left;     /* matched, outside the canary, no control: left as they are */
+	__u64 app_kept; /* matched, kept: the application's choice (or presumed so), no enforce */
+	__u64 failed;   /* bpf_setsockopt refused */
 };
 
 /*

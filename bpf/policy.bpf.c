@@ -22,6 +22,18 @@
  *   ccctl_policy_rollback     iter/tcp: moves the live connections of one
  *                             rule's canary group back (bpf_setsockopt on
  *                             each), run by `ccctl policy rollback`.
+ *   ccctl_policy_migrate      iter/tcp: gives the live (ESTABLISHED)
+ *                             connections the rules match what the sockops
+ *                             program would have given them at their
+ *                             establishment, run by `ccctl policy apply
+ *                             --migrate` (opt-in) after the flip.
+ *
+ * Both decide with one function, first_match() (and rule_pick() for the
+ * canary split), so a migrated connection ends where a new one with its
+ * 4-tuple would.  Everything a rule may ask for (the tuple, the namespace,
+ * the cgroup ancestry) is read before the rule loop, never inside it: a
+ * lazily read value doubles the states the verifier walks per rule, and
+ * Linux 6.1's verifier gives up at 1 000 000 instructions.
  *
  * Why a socket's cgroup and not the attach point: one program at the root
  * serves every rule, so "first match wins" is one loop in one place; a
@@ -49,6 +61,7 @@ char _license[] SEC("license") = "GPL";
 #define AF_INET 2
 #define AF_INET6 10
 #define EPERM 1
+#define TCP_ESTABLISHED 1
 
 /* The kernel types read here, CO-RE (the `___pol` flavour matches the
  * kernel's type of the name before the three underscores). */
@@ -74,8 +87,23 @@ struct sock___pol {
 	struct sock_cgroup_data___pol sk_cgrp_data;
 } __attribute__((preserve_access_index));
 
+struct in6_addr___pol {
+	union {
+		__u32 u6_addr32[4];
+	} in6_u;
+} __attribute__((preserve_access_index));
+
+/* skc_daddr, skc_rcv_saddr: in anonymous members of the kernel's type;
+ * libbpf's CO-RE matching finds them there by name. */
 struct sock_common___pol {
 	unsigned short skc_family;
+	unsigned char skc_state;
+	__u32 skc_daddr;
+	__u32 skc_rcv_saddr;
+	__u16 skc_dport; /* network order */
+	__u16 skc_num;   /* host order */
+	struct in6_addr___pol skc_v6_daddr;
+	struct in6_addr___pol skc_v6_rcv_saddr;
 } __attribute__((preserve_access_index));
 
 struct bpf_iter_meta___pol {
@@ -132,6 +160,22 @@ struct {
 	__type(value, struct ccctl_policy_iter_cfg);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } policy_iter_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ccctl_policy_mig_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_mig_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4 * CCCTL_POLICY_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct ccctl_policy_mig_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy_mig_stats SEC(".maps");
 
 /* BPF_F_CLONE: an accepted connection starts with its listener's state, so
  * an application that chose TCP_CONGESTION on the listener keeps its choice
@@ -228,28 +272,129 @@ static __always_inline bool name_empty(const char *n)
 	return n[0] == 0;
 }
 
+static __always_inline bool same_name(const char *a, const char *b)
+{
+	int i;
+
+	for (i = 0; i < CCCTL_CA_NAME_MAX; i++) {
+		if (a[i] != b[i])
+			return false;
+		if (!a[i])
+			return true;
+	}
+	return true;
+}
+
+static __always_inline void mig_add(__u32 rule_id, int field)
+{
+	struct ccctl_policy_mig_stats zero = {}, *s;
+
+	s = bpf_map_lookup_elem(&policy_mig_stats, &rule_id);
+	if (!s) {
+		bpf_map_update_elem(&policy_mig_stats, &rule_id, &zero, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&policy_mig_stats, &rule_id);
+		if (!s)
+			return;
+	}
+	switch (field) {
+	case 0: __sync_fetch_and_add(&s->canary, 1); break;
+	case 1: __sync_fetch_and_add(&s->control, 1); break;
+	case 2: __sync_fetch_and_add(&s->left, 1); break;
+	case 3: __sync_fetch_and_add(&s->app_kept, 1); break;
+	default: __sync_fetch_and_add(&s->failed, 1); break;
+	}
+}
+
+/*
+ * The rules in force: the half and its count, or false when none are.
+ */
+static __always_inline bool rules_in_force(__u32 *half, __u32 *count, __u32 *generation)
+{
+	struct ccctl_policy_hdr *hdr;
+	__u32 zero = 0;
+
+	hdr = bpf_map_lookup_elem(&policy_hdr, &zero);
+	if (!hdr || hdr->active == 0 || hdr->active > 2)
+		return false;
+	*half = hdr->active == 2 ? 1 : 0;
+	*count = *half ? hdr->count[1] : hdr->count[0];
+	if (*count > CCCTL_POLICY_MAX_RULES)
+		*count = CCCTL_POLICY_MAX_RULES;
+	*generation = hdr->generation;
+	return true;
+}
+
+/*
+ * The first rule of `half` (of `count`) that matches the connection, or
+ * NULL: the one decision both the sockops and the migration program make.
+ * Its inputs are read by the caller, before the loop.
+ */
+static __always_inline struct ccctl_policy_rule *
+first_match(const struct tuple *t, __u64 netns, const __u64 *cg_ids, __u32 half, __u32 count)
+{
+	__u32 i;
+
+	for (i = 0; i < CCCTL_POLICY_MAX_RULES; i++) {
+		struct ccctl_policy_rule *r;
+		__u32 key = half * CCCTL_POLICY_MAX_RULES + i;
+
+		if (i >= count)
+			break;
+		r = bpf_map_lookup_elem(&policy_rules, &key);
+		if (!r)
+			break;
+		if ((r->match & CCCTL_PM_LOCAL_PORT) && r->local_port != t->lport)
+			continue;
+		if ((r->match & CCCTL_PM_REMOTE_PORT) && r->remote_port != t->rport)
+			continue;
+		if ((r->match & CCCTL_PM_LOCAL) && !in_net(t->local, r->local_net, r->local_mask))
+			continue;
+		if ((r->match & CCCTL_PM_REMOTE) && !in_net(t->remote, r->remote_net, r->remote_mask))
+			continue;
+		if ((r->match & CCCTL_PM_NETNS) && r->netns_cookie != netns)
+			continue;
+		if ((r->match & CCCTL_PM_CGROUP) &&
+		    cg_ids[r->cgroup_level & (CCCTL_POLICY_CGROUP_LEVELS - 1)] != r->cgroup_id)
+			continue;
+		return r;
+	}
+	return NULL;
+}
+
+/* Canary or not (by the tuple's hash), and the name it gets ("" = leave it). */
+static __always_inline bool rule_pick(const struct ccctl_policy_rule *r, const struct tuple *t,
+				      char *name)
+{
+	bool canary = !(r->flags & CCCTL_POLICY_F_ROLLED_BACK) &&
+		      (tuple_hash(t) % CCCTL_POLICY_SHARE_ONE) < r->share_bp;
+
+	if (canary)
+		__builtin_memcpy(name, r->algo, CCCTL_CA_NAME_MAX);
+	else
+		__builtin_memcpy(name, r->control, CCCTL_CA_NAME_MAX);
+	name[CCCTL_CA_NAME_MAX - 1] = 0;
+	return canary;
+}
+
 SEC("sockops")
 int ccctl_policy_sockops(struct bpf_sock_ops *skops)
 {
 	__u64 cg_ids[CCCTL_POLICY_CGROUP_LEVELS] = {};
-	struct ccctl_policy_hdr *hdr;
+	struct ccctl_policy_rule *r;
 	struct ccctl_policy_sk *st;
 	struct tuple t = {};
-	__u32 zero = 0, half, count, hash, i;
+	char name[CCCTL_CA_NAME_MAX] = {};
+	__u32 half, count, generation, rule_id, rflags, i;
 	__u32 family, l4, r4, l6[4], r6[4], lport, rport;
 	__u64 netns;
 	void *sk, *tp;
+	bool canary;
 
 	if (skops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
 	    skops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
-	hdr = bpf_map_lookup_elem(&policy_hdr, &zero);
-	if (!hdr || hdr->active == 0 || hdr->active > 2)
+	if (!rules_in_force(&half, &count, &generation))
 		return 1;
-	half = hdr->active == 2 ? 1 : 0;
-	count = half ? hdr->count[1] : hdr->count[0];
-	if (count > CCCTL_POLICY_MAX_RULES)
-		count = CCCTL_POLICY_MAX_RULES;
 	sk = skops->sk;
 	if (!sk)
 		return 1;
@@ -298,64 +443,36 @@ int ccctl_policy_sockops(struct bpf_sock_ops *skops)
 	if (tp)
 		cgroup_ancestors(tp, cg_ids);
 
-	for (i = 0; i < CCCTL_POLICY_MAX_RULES; i++) {
-		struct ccctl_policy_rule *r;
-		char name[CCCTL_CA_NAME_MAX] = {};
-		__u32 key = half * CCCTL_POLICY_MAX_RULES + i;
-		bool canary;
-
-		if (i >= count)
-			break;
-		r = bpf_map_lookup_elem(&policy_rules, &key);
-		if (!r)
-			break;
-		if ((r->match & CCCTL_PM_LOCAL_PORT) && r->local_port != t.lport)
-			continue;
-		if ((r->match & CCCTL_PM_REMOTE_PORT) && r->remote_port != t.rport)
-			continue;
-		if ((r->match & CCCTL_PM_LOCAL) && !in_net(t.local, r->local_net, r->local_mask))
-			continue;
-		if ((r->match & CCCTL_PM_REMOTE) && !in_net(t.remote, r->remote_net, r->remote_mask))
-			continue;
-		if ((r->match & CCCTL_PM_NETNS) && r->netns_cookie != netns)
-			continue;
-		if ((r->match & CCCTL_PM_CGROUP) &&
-		    cg_ids[r->cgroup_level & (CCCTL_POLICY_CGROUP_LEVELS - 1)] != r->cgroup_id)
-			continue;
-
-		/* First match: this rule decides. */
-		st = bpf_sk_storage_get(&policy_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (!st)
-			return 1;
-		if ((st->flags & CCCTL_POLICY_SK_APP_SET) && !(r->flags & CCCTL_POLICY_F_ENFORCE)) {
-			stat_add(r->rule_id, 2);
-			return 1;
-		}
-		hash = tuple_hash(&t);
-		canary = !(r->flags & CCCTL_POLICY_F_ROLLED_BACK) &&
-			 (hash % CCCTL_POLICY_SHARE_ONE) < r->share_bp;
-		if (canary)
-			__builtin_memcpy(name, r->algo, CCCTL_CA_NAME_MAX);
-		else
-			__builtin_memcpy(name, r->control, CCCTL_CA_NAME_MAX);
-		name[CCCTL_CA_NAME_MAX - 1] = 0;
-		st->rule_id = r->rule_id;
-		st->group = canary ? CCCTL_POLICY_GROUP_CANARY : CCCTL_POLICY_GROUP_CONTROL;
-		if (name_empty(name)) {
-			stat_add(r->rule_id, 1);
-			return 1;
-		}
-		bpf_getsockopt(skops, SOL_TCP, TCP_CONGESTION, st->prev, sizeof(st->prev));
-		if (bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, name, sizeof(name))) {
-			st->group = CCCTL_POLICY_GROUP_NONE;
-			stat_add(r->rule_id, 3);
-			return 1;
-		}
-		if (r->flags & CCCTL_POLICY_F_ENFORCE)
-			st->flags |= CCCTL_POLICY_SK_ENFORCED;
-		stat_add(r->rule_id, canary ? 0 : 1);
+	r = first_match(&t, netns, cg_ids, half, count);
+	if (!r)
+		return 1;
+	/* First match: this rule decides. */
+	rule_id = r->rule_id;
+	rflags = r->flags;
+	canary = rule_pick(r, &t, name);
+	st = bpf_sk_storage_get(&policy_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		return 1;
+	if ((st->flags & CCCTL_POLICY_SK_APP_SET) && !(rflags & CCCTL_POLICY_F_ENFORCE)) {
+		stat_add(rule_id, 2);
 		return 1;
 	}
+	st->rule_id = rule_id;
+	st->group = canary ? CCCTL_POLICY_GROUP_CANARY : CCCTL_POLICY_GROUP_CONTROL;
+	st->gen = (__u16)generation;
+	if (name_empty(name)) {
+		stat_add(rule_id, 1);
+		return 1;
+	}
+	bpf_getsockopt(skops, SOL_TCP, TCP_CONGESTION, st->prev, sizeof(st->prev));
+	if (bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, name, sizeof(name))) {
+		st->group = CCCTL_POLICY_GROUP_NONE;
+		stat_add(rule_id, 3);
+		return 1;
+	}
+	if (rflags & CCCTL_POLICY_F_ENFORCE)
+		st->flags |= CCCTL_POLICY_SK_ENFORCED;
+	stat_add(rule_id, canary ? 0 : 1);
 	return 1;
 }
 
@@ -421,5 +538,119 @@ int ccctl_policy_rollback(struct bpf_iter__tcp *ctx)
 	st->flags &= ~CCCTL_POLICY_SK_ENFORCED;
 	__sync_fetch_and_add(&cfg->moved, 1);
 	stat_add(cfg->rule_id, 5);
+	return 0;
+}
+
+/*
+ * The connection's tuple from its sock_common (IPv4 written IPv4-mapped,
+ * as the sockops program writes it); false for other families.
+ */
+static __always_inline bool sk_tuple(struct sock_common___pol *skc, struct tuple *t)
+{
+	unsigned short family = BPF_CORE_READ(skc, skc_family);
+
+	if (family == AF_INET) {
+		t->local[2] = bpf_htonl(0xffff);
+		t->local[3] = BPF_CORE_READ(skc, skc_rcv_saddr);
+		t->remote[2] = bpf_htonl(0xffff);
+		t->remote[3] = BPF_CORE_READ(skc, skc_daddr);
+	} else if (family == AF_INET6) {
+		bpf_core_read(t->local, sizeof(t->local), &skc->skc_v6_rcv_saddr);
+		bpf_core_read(t->remote, sizeof(t->remote), &skc->skc_v6_daddr);
+	} else {
+		return false;
+	}
+	t->lport = BPF_CORE_READ(skc, skc_num);
+	t->rport = bpf_ntohs(BPF_CORE_READ(skc, skc_dport));
+	return true;
+}
+
+/*
+ * Opt-in migration (`ccctl policy apply --migrate`), run after the new
+ * rules are in force, once per network namespace (cfg->netns_cookie is
+ * the one walked).  An ESTABLISHED connection the rules match gets what
+ * the sockops program gives a new one with its tuple, and the same socket
+ * storage (rule, group, the algorithm it had), so a later rollback moves
+ * it back.  Skipped: connections this apply's rules already took at their
+ * establishment (st->gen), and, unless the rule enforces, connections
+ * whose application chose TCP_CONGESTION itself.  That choice is known
+ * only for sockets the setsockopt program saw (created while a policy was
+ * installed); for the others a congestion control other than the
+ * namespace's default, not set by a rule of ours, is presumed to be the
+ * application's (or a route's, or a listener's) and left alone.
+ */
+SEC("iter/tcp")
+int ccctl_policy_migrate(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common___pol *skc = ctx->sk_common;
+	__u64 cg_ids[CCCTL_POLICY_CGROUP_LEVELS] = {};
+	struct ccctl_policy_mig_cfg *cfg;
+	struct ccctl_policy_rule *r;
+	struct ccctl_policy_sk *st;
+	struct tuple t = {};
+	char name[CCCTL_CA_NAME_MAX] = {};
+	char cur[CCCTL_CA_NAME_MAX] = {};
+	__u32 zero = 0, half, count, generation, rule_id, rflags;
+	bool canary, chosen;
+	void *tp;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	if (BPF_CORE_READ(skc, skc_state) != TCP_ESTABLISHED)
+		return 0;
+	cfg = bpf_map_lookup_elem(&policy_mig_cfg, &zero);
+	if (!cfg || cfg->generation == 0)
+		return 0;
+	if (!rules_in_force(&half, &count, &generation) || generation != cfg->generation)
+		return 0;
+	if (!sk_tuple(skc, &t))
+		return 0;
+	__sync_fetch_and_add(&cfg->seen, 1);
+	st = bpf_sk_storage_get(&policy_sk, tp, 0, 0);
+	if (st && st->rule_id && st->gen == (__u16)generation)
+		return 0;
+	cgroup_ancestors(tp, cg_ids);
+
+	r = first_match(&t, cfg->netns_cookie, cg_ids, half, count);
+	if (!r)
+		return 0;
+	rule_id = r->rule_id;
+	rflags = r->flags;
+	canary = rule_pick(r, &t, name);
+	bpf_getsockopt(tp, SOL_TCP, TCP_CONGESTION, cur, sizeof(cur));
+	cur[CCCTL_CA_NAME_MAX - 1] = 0;
+	if (st && (st->flags & CCCTL_POLICY_SK_APP_SET))
+		chosen = true;
+	else if (st && st->rule_id)
+		chosen = false; /* a rule of ours set it */
+	else
+		chosen = !same_name(cur, cfg->dflt);
+	if (chosen && !(rflags & CCCTL_POLICY_F_ENFORCE)) {
+		mig_add(rule_id, 3);
+		return 0;
+	}
+	if (!st)
+		st = bpf_sk_storage_get(&policy_sk, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		return 0;
+	st->rule_id = rule_id;
+	st->group = canary ? CCCTL_POLICY_GROUP_CANARY : CCCTL_POLICY_GROUP_CONTROL;
+	st->gen = (__u16)generation;
+	if (name_empty(name)) {
+		mig_add(rule_id, 2);
+		return 0;
+	}
+	__builtin_memcpy(st->prev, cur, CCCTL_CA_NAME_MAX);
+	if (bpf_setsockopt(tp, SOL_TCP, TCP_CONGESTION, name, sizeof(name))) {
+		st->group = CCCTL_POLICY_GROUP_NONE;
+		mig_add(rule_id, 4);
+		return 0;
+	}
+	if (rflags & CCCTL_POLICY_F_ENFORCE)
+		st->flags |= CCCTL_POLICY_SK_ENFORCED;
+	mig_add(rule_id, canary ? 0 : 1);
 	return 0;
 }

@@ -1114,3 +1114,264 @@ pub fn predicted_canary(s: &TcpSocket, share_bp: u32) -> bool {
         share_bp,
     )
 }
+
+/// Opt-in migration of live connections onto the rules (`policy apply
+/// --migrate`, issue 28 item 4). Before any policy, sender 0 opens 40
+/// connections to port `pm` (on the namespace's default), 10 to `pm`
+/// whose application chose `app_cc` (dstar) itself, 10 more such to `pe`, and 10
+/// to an unmatched port `po`. Rules: `live` (`pm`, bpf-bbr on a 50 %
+/// canary, the rest reno) and `enforced` (`pe`, bpf-bbr, `enforce`).
+///
+/// - Applied without `--migrate`: no live connection changes.
+/// - The dry run with `--migrate` lists what would move: the 40 and the
+///   10 enforced ones; the 10 application-chosen ones of `live` kept.
+/// - Applied with `--migrate`: each of the 40 runs exactly what ccctl's
+///   hash predicts for its 4-tuple (both sides taken), the 10 chosen ones
+///   keep `app_cc`, the 10 under `enforce` run bpf_bbr, the 10 unmatched
+///   keep the default; the report, the audit line and `policy show` count
+///   the same numbers; every connection still answers.
+/// - A rollback of `live` then moves its migrated canary connections back
+///   to reno.
+pub fn migrate_moves_live_connections_only_when_asked() {
+    let _g = PolicyGuard::new();
+    let tb = testbed(1);
+    let (pm, pe, po) = (
+        tb.alloc_port() + 43000,
+        tb.alloc_port() + 43000,
+        tb.alloc_port() + 43000,
+    );
+    let default = run_in_ns(&tb, Role::Sender(0), || {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .expect("the namespace's default")
+            .trim()
+            .to_string()
+    });
+    // The applications' own choice: one of ours, so it is there on any
+    // kernel (the VM's has no guarantee of the kernel's bbr module).
+    let app_cc: &'static str = "dstar";
+    ccctl(&["load", "dstar"]).ok();
+    assert!(
+        !["reno", "bpf_bbr", app_cc].contains(&default.as_str()),
+        "the test needs a default other than the rules' and the applications' algorithms: {default}"
+    );
+    let dir = tempdir("policy-migrate");
+    let file = write_policy(
+        &dir,
+        &format!(
+            r#"
+[[rule]]
+name = "live"
+match = {{ remote_port = {pm}, netns = "{ns}" }}
+algorithm = "bpf-bbr"
+share = 0.5
+control = "reno"
+
+[[rule]]
+name = "enforced"
+match = {{ remote_port = {pe}, netns = "{ns}" }}
+algorithm = "bpf-bbr"
+enforce = true
+"#,
+            ns = ns_path(&tb, Role::Sender(0)).display()
+        ),
+    );
+    let f = file.to_str().expect("utf-8");
+    let servers: Vec<Server> = [pm, pe, po]
+        .iter()
+        .map(|p| Server::start(&tb, *p))
+        .collect();
+    let n = 40;
+    let first = 44000u16;
+    let mut held = connect(&tb, 0, servers[0].addr, n, Some(first));
+    held.extend(connect_with(
+        &tb,
+        0,
+        servers[0].addr,
+        10,
+        Some(first + n as u16),
+        Some(app_cc),
+    ));
+    held.extend(connect_with(
+        &tb,
+        0,
+        servers[1].addr,
+        10,
+        None,
+        Some(app_cc),
+    ));
+    held.extend(connect(&tb, 0, servers[2].addr, 10, None));
+    let snapshot = || {
+        (
+            by_cc(&sockets_to(&tb, 0, Some(pm), n + 10)),
+            by_cc(&sockets_to(&tb, 0, Some(pe), 10)),
+            by_cc(&sockets_to(&tb, 0, Some(po), 10)),
+        )
+    };
+    let before = snapshot();
+    println!("before any policy: {before:?}");
+    let want_before = (
+        BTreeMap::from([(default.clone(), n), (app_cc.to_string(), 10)]),
+        BTreeMap::from([(app_cc.to_string(), 10)]),
+        BTreeMap::from([(default.clone(), 10)]),
+    );
+    assert_eq!(before, want_before);
+
+    // Without --migrate nothing live changes.
+    let out = ccctl(&["policy", "apply", f]).ok();
+    println!("{}", out.stdout);
+    assert!(registered("bpf_bbr"));
+    assert_eq!(
+        snapshot(),
+        want_before,
+        "an apply without --migrate moved live connections"
+    );
+
+    // The dry run says what a migration would move, and moves nothing.
+    let dry = ccctl(&["policy", "apply", f, "--dry-run", "--migrate", "--json"]).ok();
+    let takes: serde_json::Value = serde_json::from_str(&dry.stdout).expect("dry run json");
+    let verdicts = |rule: &str| -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for t in takes[rule].as_array().cloned().unwrap_or_default() {
+            *m.entry(t["migration"].as_str().unwrap_or("?").to_string())
+                .or_insert(0) += 1;
+        }
+        m
+    };
+    println!(
+        "dry run: live {:?}, enforced {:?}",
+        verdicts("live"),
+        verdicts("enforced")
+    );
+    assert_eq!(
+        verdicts("live"),
+        BTreeMap::from([("moves".to_string(), n), ("app_kept".to_string(), 10)])
+    );
+    assert_eq!(
+        verdicts("enforced"),
+        BTreeMap::from([("moves".to_string(), 10)])
+    );
+    let dry_text = ccctl(&["policy", "apply", f, "--dry-run", "--migrate"]).ok();
+    println!("{}", dry_text.stdout);
+    assert!(
+        dry_text.stdout.contains(&format!(
+            "--migrate would move {} live connection(s)",
+            n + 10
+        )),
+        "{}",
+        dry_text.stdout
+    );
+    assert_eq!(
+        snapshot(),
+        want_before,
+        "the dry run moved live connections"
+    );
+
+    // With --migrate: each matched one ends where the hash puts it.
+    let out = ccctl(&["policy", "apply", f, "--migrate"]).ok();
+    println!("{}", out.stdout);
+    let socks = sockets_to(&tb, 0, Some(pm), n + 10);
+    let mut canary = 0;
+    for s in &socks {
+        if s.local.port() >= first + n as u16 {
+            assert_eq!(
+                s.cc.as_deref(),
+                Some(app_cc),
+                "{} -> {}: the application's own choice is kept without enforce",
+                s.local,
+                s.remote
+            );
+            continue;
+        }
+        let predicted = predicted_canary(s, 5000);
+        let want = if predicted { "bpf_bbr" } else { "reno" };
+        assert_eq!(
+            s.cc.as_deref(),
+            Some(want),
+            "{} -> {}: migrated where the hash does not put it",
+            s.local,
+            s.remote
+        );
+        canary += usize::from(predicted);
+    }
+    assert!(
+        (1..n).contains(&canary),
+        "both sides of the canary are taken: {canary} of {n}"
+    );
+    let (_, enf, other) = snapshot();
+    println!(
+        "after --migrate: {:?}, enforced {enf:?}, unmatched {other:?}",
+        by_cc(&socks)
+    );
+    assert_eq!(
+        enf,
+        BTreeMap::from([("bpf_bbr".to_string(), 10)]),
+        "enforce moves them"
+    );
+    assert_eq!(
+        other,
+        BTreeMap::from([(default.clone(), 10)]),
+        "unmatched ones stay"
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "rule live: {canary} moved to the canary, {} to the control, 0 left (no control), 10 kept the application's choice, 0 failed",
+            n - canary
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "rule enforced: 10 moved to the canary, 0 to the control, 0 left (no control), 0 kept the application's choice, 0 failed"
+        ),
+        "{}",
+        out.stdout
+    );
+    all_alive(&mut held);
+
+    // The audit line of the migrating apply has the numbers.
+    let recs = ccctl_core::policy::audit::read(&super::test_audit_log()).expect("audit log");
+    let apply = recs
+        .iter()
+        .rev()
+        .find(|r| r.action == ccctl_core::policy::audit::Action::Apply)
+        .expect("an apply line");
+    let m = &apply.outcome["migration"];
+    println!("audit: {m}");
+    assert_eq!(m["rules"][0]["rule"], "live");
+    assert_eq!(m["rules"][0]["canary"], canary as u64);
+    assert_eq!(m["rules"][0]["control"], (n - canary) as u64);
+    assert_eq!(m["rules"][0]["app_kept"], 10);
+    assert_eq!(m["rules"][1]["canary"], 10);
+    assert_eq!(m["moved"], (n + 10) as u64);
+    let v: serde_json::Value =
+        serde_json::from_str(&ccctl(&["policy", "show", "--json"]).ok().stdout).expect("json");
+    assert_eq!(v["counters"]["live"]["migrated_canary"], canary as u64);
+    assert_eq!(
+        v["counters"]["live"]["migrated_control"],
+        (n - canary) as u64
+    );
+
+    // A rollback moves the migrated canary connections back.
+    let rb = ccctl(&["policy", "rollback", "live", "--why", "migrate test"]).ok();
+    println!("{}", rb.stdout);
+    assert!(
+        rb.stdout.contains(&format!(
+            "{canary} live canary connection(s) moved back to reno (0 failed)"
+        )),
+        "{}",
+        rb.stdout
+    );
+    let after = by_cc(&sockets_to(&tb, 0, Some(pm), n + 10));
+    assert_eq!(
+        after,
+        BTreeMap::from([("reno".to_string(), n), (app_cc.to_string(), 10)]),
+        "after the rollback"
+    );
+    all_alive(&mut held);
+    drop(held);
+    drop(servers);
+    ccctl(&["policy", "clear"]).ok();
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1231,7 +1231,8 @@ fn reproduce_quick_reports_what_its_parquet_files_hold() {
 /// The rollout policy (`ccctl policy`, issue 28): rules by port, prefix and
 /// cgroup take exactly the connections they name, over IPv4 and IPv6; a
 /// 25 % canary of 200 connections; rollback of live connections; the
-/// judge takes a parent cgroup's rule to its child cgroups.
+/// judge takes a parent cgroup's rule to its child cgroups; live
+/// connections move onto the rules only with `apply --migrate`.
 mod policy {
     #[test]
     fn policy_rules_by_port_and_prefix_take_exactly_theirs() {
@@ -1291,5 +1292,10 @@ mod policy {
     #[test]
     fn policy_rules_by_ipv6_prefix_take_ipv6_connections_only() {
         crate::common::policy::rules_by_ipv6_prefix_take_ipv6_connections_only();
+    }
+
+    #[test]
+    fn policy_migrate_moves_live_connections_only_when_asked() {
+        crate::common::policy::migrate_moves_live_connections_only_when_asked();
     }
 }

@@ -883,6 +883,15 @@ fn policy_rules_by_port_and_prefix_take_exactly_theirs_on_6_1() {
     common::policy::rules_by_port_and_prefix_take_exactly_theirs();
 }
 
+/// `policy apply --migrate` on 6.1: the migration iterator loads (it
+/// shares the sockops program's rule loop) and moves live connections
+/// where the canary hash puts them, only when asked.
+#[test]
+fn policy_migrate_moves_live_connections_only_when_asked_on_6_1() {
+    require_vm();
+    common::policy::migrate_moves_live_connections_only_when_asked();
+}
+
 /// A rule by cgroup on 6.1 takes exactly its processes' connections.
 #[test]
 fn policy_rule_by_cgroup_takes_exactly_its_processes_on_6_1() {

@@ -74,14 +74,20 @@ unsafe impl Plain for ccctl_policy_hdr {}
 unsafe impl Plain for ccctl_policy_stats {}
 // SAFETY: as above (u32, an explicit pad, a char array, then u64s).
 unsafe impl Plain for ccctl_policy_iter_cfg {}
-// SAFETY: as above (u32, u8, u8, explicit u16 pad, char array).
+// SAFETY: as above (u32, u8, u8, u16, char array).
 unsafe impl Plain for ccctl_policy_sk {}
+// SAFETY: as above (u32, an explicit pad, u64, a char array, u64).
+unsafe impl Plain for ccctl_policy_mig_cfg {}
+// SAFETY: as above (u64 fields only).
+unsafe impl Plain for ccctl_policy_mig_stats {}
 
 const _: () = assert!(std::mem::size_of::<ccctl_policy_rule>() == 136);
 const _: () = assert!(std::mem::size_of::<ccctl_policy_hdr>() == 16);
 const _: () = assert!(std::mem::size_of::<ccctl_policy_stats>() == 48);
 const _: () = assert!(std::mem::size_of::<ccctl_policy_iter_cfg>() == 40);
 const _: () = assert!(std::mem::size_of::<ccctl_policy_sk>() == 24);
+const _: () = assert!(std::mem::size_of::<ccctl_policy_mig_cfg>() == 40);
+const _: () = assert!(std::mem::size_of::<ccctl_policy_mig_stats>() == 40);
 const _: () = assert!(std::mem::size_of::<ccctl_event>() == CCCTL_EVENT_SIZE as usize);
 const _: () = assert!(std::mem::size_of::<ccctl_trace_cfg>() == 72);
 const _: () = assert!(std::mem::size_of::<ccctl_meta>() == 40);

@@ -7,8 +7,10 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use ccctl_core::kernel;
-use ccctl_core::policy::{audit, kernel as pk, CgroupRef, CgroupSubtrees, Policy, PolicyFile};
-use ccctl_observe::sockdiag::DiagSocket;
+use ccctl_core::policy::{
+    audit, kernel as pk, CgroupRef, CgroupSubtrees, Migration, Policy, PolicyFile,
+};
+use ccctl_observe::sockdiag::{tcp_state, DiagSocket};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -41,9 +43,16 @@ pub struct ClearArgs {
 pub struct ApplyArgs {
     /// The policy file (TOML, `[[rule]]` tables; see examples/fleet/policy.toml).
     pub file: PathBuf,
-    /// Change nothing: validate, then list which current connections each rule would take.
+    /// Change nothing: validate, then list which current connections each rule would take
+    /// (with --migrate: which of them a migration would move).
     #[arg(long)]
     pub dry_run: bool,
+    /// Also move the live (ESTABLISHED) connections the rules match onto what each rule
+    /// gives a new connection with their 4-tuple (canary or control by the same hash);
+    /// one that runs its application's own choice is left unless the rule enforces.
+    /// Without it live connections keep their algorithm.
+    #[arg(long)]
+    pub migrate: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -116,7 +125,7 @@ fn apply(args: ApplyArgs) -> Result<()> {
         eprintln!("ccctl: note: {o}");
     }
     if args.dry_run {
-        let takes = dry_run(&policy)?;
+        let takes = dry_run(&policy, args.migrate)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&takes)?);
             return Ok(());
@@ -145,20 +154,53 @@ fn apply(args: ApplyArgs) -> Result<()> {
             );
             for c in list {
                 println!(
-                    "  {} -> {}  {} -> {}",
+                    "  {} -> {}  {} -> {}{}",
                     c.local,
                     c.remote,
                     c.cc.as_deref().unwrap_or("?"),
-                    c.gets.as_deref().unwrap_or("(unchanged)")
+                    c.gets.as_deref().unwrap_or("(unchanged)"),
+                    match c.migration {
+                        None => "",
+                        Some(Migration::Moves) => "  [--migrate: moves]",
+                        Some(Migration::Stays) => "  [--migrate: already on it]",
+                        Some(Migration::Left) => "  [--migrate: left, no control]",
+                        Some(Migration::AppKept) =>
+                            "  [--migrate: kept, presumed the application's choice; no enforce]",
+                        Some(Migration::NotEstablished) => "  [--migrate: closing, not moved]",
+                    }
                 );
             }
         }
-        println!("(new connections only: live ones keep their algorithm)");
+        if args.migrate {
+            let all: Vec<&Take> = takes.values().flatten().collect();
+            let count = |m: Migration| all.iter().filter(|t| t.migration == Some(m)).count();
+            println!(
+                "--migrate would move {} live connection(s) ({} to a canary, {} to a control); {} already on theirs, {} left (no control), {} kept as the application's",
+                count(Migration::Moves),
+                all.iter()
+                    .filter(|t| t.migration == Some(Migration::Moves) && t.canary)
+                    .count(),
+                all.iter()
+                    .filter(|t| t.migration == Some(Migration::Moves) && !t.canary)
+                    .count(),
+                count(Migration::Stays),
+                count(Migration::Left),
+                count(Migration::AppKept)
+            );
+        } else {
+            println!(
+                "(new connections only: live ones keep their algorithm; --migrate moves them)"
+            );
+        }
         return Ok(());
     }
     let mut log = open_audit(&args.audit)?;
-    let why = format!("ccctl policy apply {}", args.file.display());
-    let report = pk::apply(&policy, &why)?;
+    let why = format!(
+        "ccctl policy apply {}{}",
+        args.file.display(),
+        if args.migrate { " --migrate" } else { "" }
+    );
+    let report = pk::apply_with(&policy, &why, args.migrate)?;
     let mut rec = audit::Record::now(audit::Action::Apply, why);
     // The rules as applied (derived registrations named).
     rec.rules = match pk::current() {
@@ -167,24 +209,47 @@ fn apply(args: ApplyArgs) -> Result<()> {
     };
     rec.outcome = serde_json::to_value(&report)?;
     record(&mut log, &rec)?;
+    let migration_error = report.migration.as_ref().and_then(|m| m.error.clone());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+    } else {
+        println!(
+            "applied {} rule(s) from {} (generation {}); first match wins; new connections from now on{}",
+            report.rules,
+            args.file.display(),
+            report.generation,
+            if args.migrate { ", and live ones (--migrate)" } else { "" }
+        );
+        for a in &report.loaded {
+            println!("  loaded {a}");
+        }
+        for (rule, k) in &report.registered {
+            println!("  rule {rule}: its parameter set registered as `{k}`");
+        }
+        for k in &report.unloaded {
+            println!("  unloaded `{k}` (no rule uses it now)");
+        }
+        if let Some(m) = &report.migration {
+            println!(
+                "  migrated {} live connection(s) of {} established in {}",
+                m.moved,
+                m.seen,
+                m.namespaces.join(", ")
+            );
+            for r in &m.rules {
+                println!(
+                    "  rule {}: {} moved to the canary, {} to the control, {} left (no control), {} kept the application's choice, {} failed",
+                    r.rule, r.canary, r.control, r.left, r.app_kept, r.failed
+                );
+            }
+        }
     }
-    println!(
-        "applied {} rule(s) from {} (generation {}); first match wins; new connections from now on",
-        report.rules,
-        args.file.display(),
-        report.generation
-    );
-    for a in &report.loaded {
-        println!("  loaded {a}");
-    }
-    for (rule, k) in &report.registered {
-        println!("  rule {rule}: its parameter set registered as `{k}`");
-    }
-    for k in &report.unloaded {
-        println!("  unloaded `{k}` (no rule uses it now)");
+    if let Some(e) = migration_error {
+        anyhow::bail!(
+            "the policy is applied (generation {}), but migrating live connections stopped: {e}; \
+             the connections moved so far are in the audit line",
+            report.generation
+        );
     }
     Ok(())
 }
@@ -199,11 +264,18 @@ pub struct Take {
     pub canary: bool,
     /// What it would get (`None`: left as it is).
     pub gets: Option<String>,
+    /// With `--migrate`: what the migration would do to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration: Option<Migration>,
 }
 
 /// Which current connections (inet_diag: this namespace and each rule's)
-/// each rule would take if it applied to them.
-pub fn dry_run(policy: &Policy) -> Result<BTreeMap<String, Vec<Take>>> {
+/// each rule would take if it applied to them; with `migrate`, what the
+/// migration would do to each ([`ccctl_core::policy::migration`]: the
+/// namespace's default is read there; a connection is presumed the
+/// policy's own when the policy in force gives its 4-tuple what it runs,
+/// since socket storage cannot be read from here).
+pub fn dry_run(policy: &Policy, migrate: bool) -> Result<BTreeMap<String, Vec<Take>>> {
     let mut spaces: Vec<(Option<PathBuf>, Option<u64>)> = vec![(None, None)];
     if let Ok(c) = pk::netns_cookie(Path::new("/proc/self/ns/net")) {
         spaces[0].1 = Some(c);
@@ -217,18 +289,60 @@ pub fn dry_run(policy: &Policy) -> Result<BTreeMap<String, Vec<Take>>> {
     }
     let subtrees = CgroupSubtrees::of(&policy.rules);
     let in_cgroup = |g: &CgroupRef, id: u64| subtrees.contains(g, id);
+    // The policy in force, to tell the connections it set (migrate only).
+    let in_force: Option<Policy> = if migrate {
+        pk::current().ok().flatten().map(|d| Policy {
+            rules: d.rules.into_iter().map(|r| r.rule).collect(),
+            overlaps: Vec::new(),
+        })
+    } else {
+        None
+    };
+    let in_force_subtrees = in_force
+        .as_ref()
+        .map(|p| CgroupSubtrees::of(&p.rules))
+        .unwrap_or_default();
+    let in_force_cgroup = |g: &CgroupRef, id: u64| in_force_subtrees.contains(g, id);
     let mut out: BTreeMap<String, Vec<Take>> = BTreeMap::new();
     for (path, cookie) in spaces {
+        let default = if migrate {
+            let p = path
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/proc/self/ns/net"));
+            pk::namespace_default_cc(&p).map_err(anyhow::Error::msg)?
+        } else {
+            String::new()
+        };
         let diag = DiagSocket::open_at(path.as_deref()).context("opening inet_diag")?;
         for s in diag.tcp_sockets().context("listing TCP connections")? {
             let c = s.conn(cookie);
             if let Some(d) = policy.decide(&c, &in_cgroup) {
+                let migration = migrate.then(|| {
+                    let ours = in_force.as_ref().is_some_and(|p| {
+                        p.decide(&c, &in_force_cgroup)
+                            .is_some_and(|o| o.gets.is_some() && o.gets == s.cc)
+                    });
+                    let enforce = policy
+                        .rules
+                        .iter()
+                        .find(|r| r.name == d.rule)
+                        .is_some_and(|r| r.enforce);
+                    ccctl_core::policy::migration(
+                        s.state == tcp_state::ESTABLISHED,
+                        s.cc.as_deref(),
+                        d.gets.as_deref(),
+                        &default,
+                        ours,
+                        enforce,
+                    )
+                });
                 out.entry(d.rule).or_default().push(Take {
                     local: s.local,
                     remote: s.remote,
                     cc: s.cc,
                     canary: d.canary,
                     gets: d.gets,
+                    migration,
                 });
             }
         }
@@ -252,15 +366,24 @@ struct Counters {
     failed: u64,
     app_refused: u64,
     rolled_back: u64,
+    /// Live connections `apply --migrate` put on the canary / the control,
+    /// left (no control), kept (the application's), failed.
+    migrated_canary: u64,
+    migrated_control: u64,
+    migrated_left: u64,
+    migrated_app_kept: u64,
+    migrated_failed: u64,
 }
 
 fn show(args: ShowArgs) -> Result<()> {
     let doc = pk::current()?;
     let stats = pk::stats().unwrap_or_default();
+    let mig = pk::mig_stats().unwrap_or_default();
     let mut counters = BTreeMap::new();
     if let Some(d) = &doc {
         for r in &d.rules {
             let s = stats.get(&r.rule.id).copied().unwrap_or_default();
+            let m = mig.get(&r.rule.id).copied().unwrap_or_default();
             counters.insert(
                 r.rule.name.clone(),
                 Counters {
@@ -270,6 +393,11 @@ fn show(args: ShowArgs) -> Result<()> {
                     failed: s.failed,
                     app_refused: s.app_refused,
                     rolled_back: s.rolled_back,
+                    migrated_canary: m.canary,
+                    migrated_control: m.control,
+                    migrated_left: m.left,
+                    migrated_app_kept: m.app_kept,
+                    migrated_failed: m.failed,
                 },
             );
         }
@@ -327,6 +455,21 @@ fn show(args: ShowArgs) -> Result<()> {
         println!(
             "   connections: {can} canary, {ctl} control, {kept} kept the application's choice, {failed} failed"
         );
+        if let Some(c) = counters.get(&r.rule.name) {
+            let m = (
+                c.migrated_canary,
+                c.migrated_control,
+                c.migrated_left,
+                c.migrated_app_kept,
+                c.migrated_failed,
+            );
+            if m != (0, 0, 0, 0, 0) {
+                println!(
+                    "   live connections migrated: {} to the canary, {} to the control, {} left, {} kept the application's choice, {} failed",
+                    m.0, m.1, m.2, m.3, m.4
+                );
+            }
+        }
         if let Some(e) = &r.rolled_back {
             println!(
                 "   rolled back {} by {}: {}",

@@ -24,6 +24,7 @@
 //! | `ccctl_policy_rule_state` | gauge 0/1 | `rule`, `state` = `canary`, `active`, `rolled_back` | the applied policy (`active`: the rule takes all its connections, promoted) |
 //! | `ccctl_policy_rule_connections_total` | counter | `rule`, `group` = `canary`, `control`, `app_kept`, `failed` | the sockops program's counters: new connections the rule took, by what they got |
 //! | `ccctl_policy_rule_rolled_back_connections_total` | counter | `rule` | live connections a rollback moved back |
+//! | `ccctl_policy_rule_migrated_connections_total` | counter | `rule`, `group` = `canary`, `control`, `left`, `app_kept`, `failed` | live connections `ccctl policy apply --migrate` moved onto the rule |
 //! | `ccctl_policy_rule_auto_rollbacks_total` | counter | `rule` | rollbacks the daemon's canary judge made |
 //! | `ccctl_policy_rule_breaching` | gauge 0/1 | `rule` | the judge saw a threshold crossed at its last interval |
 //! | `ccctl_policy_group_flows` | gauge | `rule`, `group` = `canary`, `control` | established connections counted in the last interval (inet_diag, by congestion control name) |
@@ -278,10 +279,12 @@ fn policy_metrics(reg: &mut Registry, shared: &Shared) {
         }
     };
     let stats = pk::stats().unwrap_or_default();
+    let mig = pk::mig_stats().unwrap_or_default();
     let views = shared.policy.get();
     let state = Family::<Labels, Gauge>::default();
     let conns = Family::<Labels, Counter>::default();
     let rolled = Family::<Labels, Counter>::default();
+    let migrated = Family::<Labels, Counter>::default();
     let auto = Family::<Labels, Counter>::default();
     let breaching = Family::<Labels, Gauge>::default();
     let flows = Family::<Labels, Gauge>::default();
@@ -312,6 +315,18 @@ fn policy_metrics(reg: &mut Registry, shared: &Shared) {
             conns.get_or_create(&l).inc_by(v);
         }
         rolled.get_or_create(&rl).inc_by(st.rolled_back);
+        let m = mig.get(&r.rule.id).copied().unwrap_or_default();
+        for (g, v) in [
+            ("canary", m.canary),
+            ("control", m.control),
+            ("left", m.left),
+            ("app_kept", m.app_kept),
+            ("failed", m.failed),
+        ] {
+            let mut l = rl.clone();
+            l.push(("group", g.to_string()));
+            migrated.get_or_create(&l).inc_by(v);
+        }
         let Some(v) = views.get(&name) else {
             continue;
         };
@@ -342,6 +357,11 @@ fn policy_metrics(reg: &mut Registry, shared: &Shared) {
         "policy_rule_rolled_back_connections",
         "Live canary connections a rollback moved back",
         rolled,
+    );
+    reg.register(
+        "policy_rule_migrated_connections",
+        "Live connections `ccctl policy apply --migrate` moved onto the rule, by what they got (canary, control; left: no control; app_kept: the application's choice; failed)",
+        migrated,
     );
     reg.register(
         "policy_rule_auto_rollbacks",

@@ -4,8 +4,11 @@
 //!
 //! Pins (`<bpffs>/ccctl/policy/`, 0700 like the rest of the tree):
 //!   `policy_rules`, `policy_hdr`, `policy_doc`, `policy_stats`,
-//!   `policy_iter_cfg`, `policy_sk`  the object's maps (pinned by name: a
-//!                                   later load of the object reuses them);
+//!   `policy_iter_cfg`, `policy_sk`, `policy_mig_cfg`, `policy_mig_stats`
+//!                                   the object's maps (pinned by name: a
+//!                                   later load of the object reuses them;
+//!                                   the last two are pinned at the first
+//!                                   load that has them);
 //!   `sockops_link`, `setsockopt_link` its cgroup attachments.
 //! A rule with its own parameter set runs on a *derived registration*: the
 //! algorithm's embedded object registered once more under a derived kernel
@@ -43,6 +46,8 @@ const MAP_HDR: &str = "policy_hdr";
 const MAP_DOC: &str = "policy_doc";
 const MAP_STATS: &str = "policy_stats";
 const MAP_ITER_CFG: &str = "policy_iter_cfg";
+const MAP_MIG_CFG: &str = "policy_mig_cfg";
+const MAP_MIG_STATS: &str = "policy_mig_stats";
 const POLICY_LOCK: &str = "/run/ccctl/policy.lock";
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
@@ -357,6 +362,7 @@ fn install() -> Result<()> {
     let mut storage = MaybeUninit::uninit();
     let mut open = open_skel(&mut storage)?;
     open.progs.ccctl_policy_rollback.set_autoload(false);
+    open.progs.ccctl_policy_migrate.set_autoload(false);
     let skel = open.load().map_err(bpf("loading the policy BPF object"))?;
     for (prog, pin) in [
         (&skel.progs.ccctl_policy_sockops, LINK_SOCKOPS),
@@ -478,12 +484,82 @@ pub struct ApplyReport {
     pub registered: Vec<(String, String)>,
     /// Derived registrations no rule needs any more, unloaded.
     pub unloaded: Vec<String>,
+    /// What `--migrate` did to the live connections (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration: Option<MigrationReport>,
+}
+
+/// What the opt-in migration of live connections did (`policy apply --migrate`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MigrationReport {
+    /// Network namespaces walked (ccctl's own, then each rule's `netns`).
+    pub namespaces: Vec<String>,
+    /// ESTABLISHED connections looked at, in all of them.
+    pub seen: u64,
+    /// Live connections moved (or put) onto what their rule gives: canary + control.
+    pub moved: u64,
+    /// Per rule, in the policy's order (rules that took none included).
+    pub rules: Vec<RuleMigration>,
+    /// Why the migration stopped, if it did (the policy is applied either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One rule's share of a migration: the `policy_mig_stats` counters' change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleMigration {
+    pub rule: String,
+    /// Put on the rule's algorithm (its canary side).
+    pub canary: u64,
+    /// Put on the rule's control.
+    pub control: u64,
+    /// Outside the canary and the rule has no control: left as they are.
+    pub left: u64,
+    /// Left on the application's own choice (known or presumed; no `enforce`).
+    pub app_kept: u64,
+    /// `bpf_setsockopt` refused.
+    pub failed: u64,
+}
+
+impl From<abi::ccctl_policy_mig_stats> for RuleMigration {
+    fn from(s: abi::ccctl_policy_mig_stats) -> Self {
+        RuleMigration {
+            rule: String::new(),
+            canary: s.canary,
+            control: s.control,
+            left: s.left,
+            app_kept: s.app_kept,
+            failed: s.failed,
+        }
+    }
+}
+
+impl RuleMigration {
+    /// `self - before`, counter by counter (the counters only grow).
+    pub(crate) fn since(&self, before: &RuleMigration) -> RuleMigration {
+        RuleMigration {
+            rule: self.rule.clone(),
+            canary: self.canary.saturating_sub(before.canary),
+            control: self.control.saturating_sub(before.control),
+            left: self.left.saturating_sub(before.left),
+            app_kept: self.app_kept.saturating_sub(before.app_kept),
+            failed: self.failed.saturating_sub(before.failed),
+        }
+    }
 }
 
 /// Install `policy`: load what its rules need, write the rules, flip them in.
 /// On an error everything this call loaded is taken out again and the
 /// policy in force before stays in force.
 pub fn apply(policy: &Policy, why: &str) -> Result<ApplyReport> {
+    apply_with(policy, why, false)
+}
+
+/// [`apply`], and with `migrate` the live connections the rules match are
+/// then moved onto what the rules give them ([`MigrationReport`]; a
+/// migration that fails part-way is reported there, not as an error: the
+/// policy is in force by then and stays).
+pub fn apply_with(policy: &Policy, why: &str, migrate: bool) -> Result<ApplyReport> {
     kernel::check_privileges()?;
     kernel::ensure_bpffs(&kernel::bpffs_root())?;
     pins::check_pin_tree()?;
@@ -500,6 +576,7 @@ pub fn apply(policy: &Policy, why: &str) -> Result<ApplyReport> {
             loaded: Vec::new(),
             registered: Vec::new(),
             unloaded: Vec::new(),
+            migration: None,
         };
         let mut loaded: BTreeSet<String> = before
             .as_ref()
@@ -578,7 +655,141 @@ pub fn apply(policy: &Policy, why: &str) -> Result<ApplyReport> {
             let _ = loader::unload(d);
         }
     }
-    result
+    let mut report = result?;
+    if migrate {
+        report.migration = Some(migrate_live(&policy.rules, report.generation));
+    }
+    Ok(report)
+}
+
+/// The namespaces a walk over live connections covers: ccctl's own, then
+/// each rule's `netns` (each once, by cookie), as (path, cookie).
+fn walk_namespaces(rules: &[Rule]) -> Vec<(PathBuf, Option<u64>)> {
+    let own = PathBuf::from("/proc/self/ns/net");
+    let own_cookie = netns_cookie(&own).ok();
+    let mut out = vec![(own, own_cookie)];
+    for r in rules {
+        if let Some(n) = &r.netns {
+            if !out.iter().any(|(_, c)| *c == Some(n.cookie)) {
+                out.push((n.path.clone(), Some(n.cookie)));
+            }
+        }
+    }
+    out
+}
+
+/// The default congestion control of the namespace at `path`
+/// (`net.ipv4.tcp_congestion_control` as seen from inside it).
+pub fn namespace_default_cc(path: &Path) -> std::result::Result<String, String> {
+    ccctl_sys::netns::run_in(path, || {
+        fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .map(|s| s.trim().to_string())
+            .map_err(|e| format!("reading net.ipv4.tcp_congestion_control: {e}"))
+    })
+    .map_err(|e| format!("entering {}: {e}", path.display()))?
+}
+
+/// Per-rule migration counters (cumulative), by rule id.
+pub fn mig_stats() -> Result<BTreeMap<u32, abi::ccctl_policy_mig_stats>> {
+    let mut out = BTreeMap::new();
+    if !policy_dir().join(MAP_MIG_STATS).exists() {
+        return Ok(out);
+    }
+    let m = map(MAP_MIG_STATS)?;
+    for key in m.keys() {
+        if key.len() != 4 {
+            continue;
+        }
+        let id = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
+        if let Some(v) = m
+            .lookup(&key, MapFlags::ANY)
+            .map_err(bpf("reading policy_mig_stats"))?
+        {
+            if let Some(s) = abi::ccctl_policy_mig_stats::from_bytes(&v) {
+                out.insert(id, s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Run the migration iterator in every namespace of [`walk_namespaces`]
+/// for the rules just flipped in (`generation`); the counts are the
+/// change of each rule's counters over the run.
+fn migrate_live(rules: &[Rule], generation: u32) -> MigrationReport {
+    let per_rule = |m: &BTreeMap<u32, abi::ccctl_policy_mig_stats>| -> Vec<RuleMigration> {
+        rules
+            .iter()
+            .map(|r| RuleMigration {
+                rule: r.name.clone(),
+                ..m.get(&r.id).copied().unwrap_or_default().into()
+            })
+            .collect()
+    };
+    let before = per_rule(&mig_stats().unwrap_or_default());
+    let spaces = walk_namespaces(rules);
+    let mut report = MigrationReport {
+        namespaces: spaces
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect(),
+        ..Default::default()
+    };
+    let mut seen = 0u64;
+    let walked = (|| -> Result<()> {
+        // Loaded first, so the maps it adds are pinned before they are opened.
+        let iter = IterProgram::load(Iter::Migrate)?;
+        let cfg_map = map(MAP_MIG_CFG)?;
+        let result = (|| -> Result<()> {
+            for (path, cookie) in &spaces {
+                let cookie = cookie.ok_or_else(|| {
+                    Error::Refused(format!(
+                        "cannot migrate in {}: its namespace cookie is unknown (SO_NETNS_COOKIE, Linux 5.14+)",
+                        path.display()
+                    ))
+                })?;
+                let dflt = namespace_default_cc(path).map_err(|e| Error::Io {
+                    what: format!("the default congestion control of {}", path.display()),
+                    source: std::io::Error::other(e),
+                })?;
+                let cfg = abi::ccctl_policy_mig_cfg {
+                    generation,
+                    netns_cookie: cookie,
+                    dflt: super::ca_name(&dflt),
+                    ..Default::default()
+                };
+                cfg_map
+                    .update(&0u32.to_ne_bytes(), cfg.as_bytes(), MapFlags::ANY)
+                    .map_err(bpf("writing policy_mig_cfg"))?;
+                iter.run_in(path)?;
+                let out = cfg_map
+                    .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(bpf("reading policy_mig_cfg"))?
+                    .and_then(|v| abi::ccctl_policy_mig_cfg::from_bytes(&v))
+                    .unwrap_or_default();
+                seen += out.seen;
+            }
+            Ok(())
+        })();
+        // Off again whatever happened: a later walk starts from a written cfg.
+        let _ = cfg_map.update(
+            &0u32.to_ne_bytes(),
+            abi::ccctl_policy_mig_cfg::default().as_bytes(),
+            MapFlags::ANY,
+        );
+        result
+    })();
+    report.seen = seen;
+    report.rules = per_rule(&mig_stats().unwrap_or_default())
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a.since(b))
+        .collect();
+    report.moved = report.rules.iter().map(|r| r.canary + r.control).sum();
+    if let Err(e) = walked {
+        report.error = Some(e.to_string());
+    }
+    report
 }
 
 /// Per-rule counters, by rule id.
@@ -661,7 +872,7 @@ pub fn rollback(name: &str, why: &str) -> Result<RollbackReport> {
     if let Some(n) = &rule.netns {
         namespaces = vec![n.path.clone()];
     }
-    let (moved, failed) = migrate(rule.id, &to, &namespaces)?;
+    let (moved, failed) = roll_back_live(rule.id, &to, &namespaces)?;
     Ok(RollbackReport {
         rule: name.into(),
         moved,
@@ -671,34 +882,46 @@ pub fn rollback(name: &str, why: &str) -> Result<RollbackReport> {
     })
 }
 
-/// Run the rollback iterator for `rule_id` in each namespace.
-fn migrate(rule_id: u32, to: &str, namespaces: &[PathBuf]) -> Result<(u64, u64)> {
-    let mut storage = MaybeUninit::uninit();
-    let mut open = open_skel(&mut storage)?;
-    for p in [
-        &mut open.progs.ccctl_policy_sockops,
-        &mut open.progs.ccctl_policy_setsockopt,
-    ] {
-        p.set_autoload(false);
+/// One of the object's `iter/tcp` programs, loaded alone and attached.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Iter {
+    Rollback,
+    Migrate,
+}
+
+struct IterProgram {
+    link: Link,
+}
+
+impl IterProgram {
+    fn load(which: Iter) -> Result<IterProgram> {
+        make_policy_dir()?;
+        let mut storage = MaybeUninit::uninit();
+        let mut open = open_skel(&mut storage)?;
+        for p in [
+            &mut open.progs.ccctl_policy_sockops,
+            &mut open.progs.ccctl_policy_setsockopt,
+        ] {
+            p.set_autoload(false);
+        }
+        open.progs
+            .ccctl_policy_rollback
+            .set_autoload(which == Iter::Rollback);
+        open.progs
+            .ccctl_policy_migrate
+            .set_autoload(which == Iter::Migrate);
+        let skel = open.load().map_err(bpf("loading the policy BPF object"))?;
+        let (prog, what) = match which {
+            Iter::Rollback => (&skel.progs.ccctl_policy_rollback, "the rollback iterator"),
+            Iter::Migrate => (&skel.progs.ccctl_policy_migrate, "the migration iterator"),
+        };
+        let link = prog.attach().map_err(bpf(format!("attaching {what}")))?;
+        Ok(IterProgram { link })
     }
-    let skel = open.load().map_err(bpf("loading the policy BPF object"))?;
-    let cfg_map = map(MAP_ITER_CFG)?;
-    let cfg = abi::ccctl_policy_iter_cfg {
-        rule_id,
-        to: super::ca_name(to),
-        ..Default::default()
-    };
-    cfg_map
-        .update(&0u32.to_ne_bytes(), cfg.as_bytes(), MapFlags::ANY)
-        .map_err(bpf("writing policy_iter_cfg"))?;
-    let link: Link = skel
-        .progs
-        .ccctl_policy_rollback
-        .attach()
-        .map_err(bpf("attaching the rollback iterator"))?;
-    let link_fd = link.as_fd().as_raw_fd();
-    let mut result = Ok(());
-    for ns in namespaces {
+
+    /// Walk the TCP sockets of the namespace at `ns` once.
+    fn run_in(&self, ns: &Path) -> Result<()> {
+        let link_fd = self.link.as_fd().as_raw_fd();
         let r = ccctl_sys::netns::run_in(ns, move || -> std::io::Result<()> {
             // The iterator walks the TCP sockets of the namespace its fd
             // is made in: made here, in `ns`.
@@ -714,19 +937,35 @@ fn migrate(rule_id: u32, to: &str, namespaces: &[PathBuf]) -> Result<(u64, u64)>
             Ok(())
         });
         match r {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                result = Err(Error::Io {
-                    what: format!("running the rollback iterator in {}", ns.display()),
-                    source: e,
-                });
-            }
-            Err(e) => {
-                result = Err(Error::Io {
-                    what: format!("entering {}", ns.display()),
-                    source: std::io::Error::other(e.to_string()),
-                });
-            }
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::Io {
+                what: format!("running the TCP socket iterator in {}", ns.display()),
+                source: e,
+            }),
+            Err(e) => Err(Error::Io {
+                what: format!("entering {}", ns.display()),
+                source: std::io::Error::other(e.to_string()),
+            }),
+        }
+    }
+}
+
+/// Run the rollback iterator for `rule_id` in each namespace.
+fn roll_back_live(rule_id: u32, to: &str, namespaces: &[PathBuf]) -> Result<(u64, u64)> {
+    let iter = IterProgram::load(Iter::Rollback)?;
+    let cfg_map = map(MAP_ITER_CFG)?;
+    let cfg = abi::ccctl_policy_iter_cfg {
+        rule_id,
+        to: super::ca_name(to),
+        ..Default::default()
+    };
+    cfg_map
+        .update(&0u32.to_ne_bytes(), cfg.as_bytes(), MapFlags::ANY)
+        .map_err(bpf("writing policy_iter_cfg"))?;
+    let mut result = Ok(());
+    for ns in namespaces {
+        if let Err(e) = iter.run_in(ns) {
+            result = Err(e);
         }
     }
     let out = cfg_map
@@ -739,7 +978,7 @@ fn migrate(rule_id: u32, to: &str, namespaces: &[PathBuf]) -> Result<(u64, u64)>
         abi::ccctl_policy_iter_cfg::default().as_bytes(),
         MapFlags::ANY,
     );
-    drop(link);
+    drop(iter);
     result.map(|()| (out.moved, out.failed))
 }
 

@@ -758,6 +758,53 @@ impl Policy {
     }
 }
 
+/// What `policy apply --migrate` does to a live connection a rule takes,
+/// as the dry run predicts it (`bpf/policy.bpf.c`, `ccctl_policy_migrate`,
+/// decides the same way from what it can see).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Migration {
+    /// Moved onto what the rule gives it.
+    Moves,
+    /// Already runs what the rule gives it (set again, no change).
+    Stays,
+    /// Outside the canary and the rule has no control: left as it is.
+    Left,
+    /// Left alone: it runs something other than its namespace's default
+    /// that the policy did not set, presumed the application's own choice,
+    /// and the rule does not enforce.
+    AppKept,
+    /// Not ESTABLISHED (closing): not migrated.
+    NotEstablished,
+}
+
+/// The migration's verdict for a connection: it runs `cc` (`None`:
+/// unknown), its rule gives it `gets` (`None`: left as it is); `default`
+/// is its namespace's default; `ours` says the policy in force set `cc`
+/// (the BPF side knows this from socket storage; the dry run presumes it
+/// when the applied policy gives the connection what it runs).
+pub fn migration(
+    established: bool,
+    cc: Option<&str>,
+    gets: Option<&str>,
+    default: &str,
+    ours: bool,
+    enforce: bool,
+) -> Migration {
+    if !established {
+        return Migration::NotEstablished;
+    }
+    let chosen = !ours && cc.is_some_and(|c| c != default);
+    if chosen && !enforce {
+        return Migration::AppKept;
+    }
+    match gets {
+        None => Migration::Left,
+        Some(g) if Some(g) == cc => Migration::Stays,
+        Some(_) => Migration::Moves,
+    }
+}
+
 impl Rule {
     /// Whether `c` matches every field given (`in_cgroup` as for [`Policy::decide`]).
     pub fn matches(&self, c: &Conn, in_cgroup: &dyn Fn(&CgroupRef, u64) -> bool) -> bool {

@@ -430,3 +430,89 @@ fn cgroup_subtrees_hold_the_rules_cgroup_and_its_descendants() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+#[test]
+fn migration_moves_what_the_rule_gives_and_keeps_the_applications_choice() {
+    use Migration::*;
+    // On the namespace default (cubic): moved to what the rule gives.
+    assert_eq!(
+        migration(true, Some("cubic"), Some("bpf_bbr"), "cubic", false, false),
+        Moves
+    );
+    // Already on it: set again, no change.
+    assert_eq!(
+        migration(true, Some("reno"), Some("reno"), "cubic", true, false),
+        Stays
+    );
+    // Outside the canary, no control: left as it is.
+    assert_eq!(
+        migration(true, Some("cubic"), None, "cubic", false, false),
+        Left
+    );
+    // Not the default and not the policy's: presumed the application's own,
+    // kept unless the rule enforces.
+    assert_eq!(
+        migration(true, Some("reno"), Some("dstar"), "cubic", false, false),
+        AppKept
+    );
+    assert_eq!(
+        migration(true, Some("reno"), Some("dstar"), "cubic", false, true),
+        Moves
+    );
+    // Set by the policy in force: not the application's, moved.
+    assert_eq!(
+        migration(
+            true,
+            Some("modest_bbr_p1"),
+            Some("reno"),
+            "cubic",
+            true,
+            false
+        ),
+        Moves
+    );
+    // Closing connections are not migrated.
+    assert_eq!(
+        migration(false, Some("cubic"), Some("reno"), "cubic", false, true),
+        NotEstablished
+    );
+    // Unknown algorithm (no INET_DIAG_CONG): treated as the default's.
+    assert_eq!(
+        migration(true, None, Some("reno"), "cubic", false, false),
+        Moves
+    );
+}
+
+#[test]
+fn a_migration_report_counts_the_change_of_the_counters() {
+    let before = kernel::RuleMigration {
+        rule: "web".into(),
+        canary: 3,
+        control: 5,
+        left: 1,
+        app_kept: 0,
+        failed: 0,
+    };
+    let after = kernel::RuleMigration {
+        canary: 10,
+        control: 12,
+        app_kept: 2,
+        ..before.clone()
+    };
+    let d = after.since(&before);
+    assert_eq!(
+        (d.canary, d.control, d.left, d.app_kept, d.failed),
+        (7, 7, 0, 2, 0)
+    );
+    let r = kernel::MigrationReport {
+        namespaces: vec!["/proc/self/ns/net".into()],
+        seen: 20,
+        moved: 14,
+        rules: vec![d],
+        error: None,
+    };
+    let v = serde_json::to_value(&r).expect("json");
+    assert_eq!(v["rules"][0]["rule"], "web");
+    assert_eq!(v["rules"][0]["canary"], 7);
+    assert!(v.get("error").is_none(), "no error field when none: {v}");
+}

@@ -691,26 +691,7 @@ pub fn namespace_default_cc(path: &Path) -> std::result::Result<String, String> 
 
 /// Per-rule migration counters (cumulative), by rule id.
 pub fn mig_stats() -> Result<BTreeMap<u32, abi::ccctl_policy_mig_stats>> {
-    let mut out = BTreeMap::new();
-    if !policy_dir().join(MAP_MIG_STATS).exists() {
-        return Ok(out);
-    }
-    let m = map(MAP_MIG_STATS)?;
-    for key in m.keys() {
-        if key.len() != 4 {
-            continue;
-        }
-        let id = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
-        if let Some(v) = m
-            .lookup(&key, MapFlags::ANY)
-            .map_err(bpf("reading policy_mig_stats"))?
-        {
-            if let Some(s) = abi::ccctl_policy_mig_stats::from_bytes(&v) {
-                out.insert(id, s);
-            }
-        }
-    }
-    Ok(out)
+    per_rule(MAP_MIG_STATS)
 }
 
 /// Run the migration iterator in every namespace of [`walk_namespaces`]
@@ -794,21 +775,26 @@ fn migrate_live(rules: &[Rule], generation: u32) -> MigrationReport {
 
 /// Per-rule counters, by rule id.
 pub fn stats() -> Result<BTreeMap<u32, abi::ccctl_policy_stats>> {
+    per_rule(MAP_STATS)
+}
+
+/// A pinned per-rule hash map (key: the rule id, u32) read whole; empty if
+/// the policy (or this map, from an older ccctl) is not pinned.
+fn per_rule<T: abi::Plain>(name: &str) -> Result<BTreeMap<u32, T>> {
     let mut out = BTreeMap::new();
-    if !policy_dir().join(MAP_STATS).exists() {
+    if !policy_dir().join(name).exists() {
         return Ok(out);
     }
-    let m = map(MAP_STATS)?;
+    let m = map(name)?;
     for key in m.keys() {
-        if key.len() != 4 {
+        let Ok(id) = <[u8; 4]>::try_from(key.as_slice()).map(u32::from_ne_bytes) else {
             continue;
-        }
-        let id = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
+        };
         if let Some(v) = m
             .lookup(&key, MapFlags::ANY)
-            .map_err(bpf("reading policy_stats"))?
+            .map_err(bpf(format!("reading {name}")))?
         {
-            if let Some(s) = abi::ccctl_policy_stats::from_bytes(&v) {
+            if let Some(s) = T::from_bytes(&v) {
                 out.insert(id, s);
             }
         }

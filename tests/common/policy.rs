@@ -959,22 +959,12 @@ control = "reno"
         .all(|s| s.local.is_ipv6() && s.remote.is_ipv6()));
     assert!(v4.iter().all(|s| s.local.is_ipv4()));
     assert_eq!(by_cc(&a).get("dstar"), Some(&n), "{:?}", by_cc(&a));
-    let mut canary = 0;
-    for s in &b {
-        let predicted = predicted_canary(s, 5000);
-        let want = if predicted { "bpf_bbr" } else { "reno" };
-        assert_eq!(
-            s.cc.as_deref(),
-            Some(want),
-            "{} -> {}: BPF and ccctl disagree on its side",
-            s.local,
-            s.remote
-        );
-        canary += usize::from(predicted);
-    }
-    assert!(
-        (1..n).contains(&canary),
-        "both sides of the canary are taken: {canary} of {n}"
+    let canary = assert_split_as_hashed(
+        &b,
+        5000,
+        "bpf_bbr",
+        "reno",
+        "BPF and ccctl disagree on its side",
     );
     let default4 = run_in_ns(&tb4, Role::Sender(0), || {
         std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
@@ -1270,32 +1260,26 @@ enforce = true
     let out = ccctl(&["policy", "apply", f, "--migrate"]).ok();
     println!("{}", out.stdout);
     let socks = sockets_to(&tb, 0, Some(pm), n + 10);
-    let mut canary = 0;
-    for s in &socks {
-        if s.local.port() >= first + n as u16 {
-            assert_eq!(
-                s.cc.as_deref(),
-                Some(app_cc),
-                "{} -> {}: the application's own choice is kept without enforce",
-                s.local,
-                s.remote
-            );
-            continue;
-        }
-        let predicted = predicted_canary(s, 5000);
-        let want = if predicted { "bpf_bbr" } else { "reno" };
+    let (chose, plain): (Vec<_>, Vec<_>) = socks
+        .iter()
+        .cloned()
+        .partition(|s| s.local.port() >= first + n as u16);
+    for s in &chose {
         assert_eq!(
             s.cc.as_deref(),
-            Some(want),
-            "{} -> {}: migrated where the hash does not put it",
+            Some(app_cc),
+            "{} -> {}: the application's own choice is kept without enforce",
             s.local,
             s.remote
         );
-        canary += usize::from(predicted);
     }
-    assert!(
-        (1..n).contains(&canary),
-        "both sides of the canary are taken: {canary} of {n}"
+    assert_eq!(plain.len(), n, "the plain connections");
+    let canary = assert_split_as_hashed(
+        &plain,
+        5000,
+        "bpf_bbr",
+        "reno",
+        "migrated where the hash does not put it",
     );
     let (_, enf, other) = snapshot();
     println!(
@@ -1374,4 +1358,35 @@ enforce = true
     ccctl(&["policy", "clear"]).ok();
     let _ = tb.destroy();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Every socket of `socks` runs `canary` where ccctl's hash puts it in a
+/// canary of `share_bp`, else `control` (`why` names the failure), and both
+/// sides are taken. Returns how many are in the canary.
+pub fn assert_split_as_hashed(
+    socks: &[TcpSocket],
+    share_bp: u32,
+    canary: &str,
+    control: &str,
+    why: &str,
+) -> usize {
+    let mut taken = 0;
+    for s in socks {
+        let predicted = predicted_canary(s, share_bp);
+        let want = if predicted { canary } else { control };
+        assert_eq!(
+            s.cc.as_deref(),
+            Some(want),
+            "{} -> {}: {why}",
+            s.local,
+            s.remote
+        );
+        taken += usize::from(predicted);
+    }
+    let n = socks.len();
+    assert!(
+        (1..n).contains(&taken),
+        "both sides of the canary are taken: {taken} of {n}"
+    );
+    taken
 }

@@ -551,10 +551,10 @@ mod modest {
             15,
         );
     }
-    /// No pinning: a lone modest_bbr flow whose data path drops 15 % of
-    /// its packets for 1 s, 2 s into the flow (in PROBE_BW: the loss
-    /// starts searches, and every retransmission in the linear phase
-    /// starts the next from the smaller window then), is back to >= 90 %
+    /// No pinning: a lone modest_bbr flow (W_min 0.25) whose data path
+    /// drops 15 % of its packets for 1 s, 2 s into the flow (in PROBE_BW:
+    /// the loss starts searches, and every retransmission in the linear
+    /// phase starts the next from the smaller window then), is back to >= 90 %
     /// of the link in the 10 s after the burst: the median of the
     /// per-second acknowledged rates over seconds 5-10 after it (the
     /// median, because BBR's own PROBE_RTT cuts one second in ten). "The
@@ -564,6 +564,14 @@ mod modest {
     /// linear phase stops at last_cwnd for good fails it.
     #[test]
     fn a_lone_flow_is_back_to_the_link_after_an_early_loss_burst_at_40ms() {
+        const BURST_SECS: u64 = 1;
+        const BURST_LOSS: f64 = 0.15;
+        // W_min 0.25: a search ends at most at (1 + W_min) / 2 = 0.625 of
+        // the window in force, so a flow that keeps its searched window
+        // stays well under the 90 % asked below whatever the loss timing
+        // (at the default 0.75, 0.875: such a design reached 0.65-0.82 of
+        // the link in 5 runs, too close to 0.9 to be sure to fail).
+        const W_MIN: &str = "0.25";
         use crate::common::{ccctl, flows, Clean};
         let _clean = Clean::new();
         let rate = 20_000_000;
@@ -587,20 +595,21 @@ mod modest {
             reference / 1e6,
             rate / 1_000_000
         );
-        ccctl(&["load", "modest-bbr"]).ok();
+        ccctl(&["load", "modest-bbr", "--wmin", W_MIN]).ok();
         let r = modest::lone_flow_through_a_loss_burst(
             "modest_bbr",
             cfg(),
             Duration::from_secs(2),
-            Duration::from_secs(1),
-            0.15,
+            Duration::from_secs(BURST_SECS),
+            BURST_LOSS,
         );
         let back = r.median_bps(modest::RECOVERY_SECS - 5, modest::RECOVERY_SECS);
         println!(
-            "modest_bbr, 20 Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} before a {:.1} s burst of 15 % loss, {} retransmits in it; per second after: {:?}; median of seconds 5-10 {:.1} Mbit/s = {:.0} % of the link",
+            "modest_bbr, 20 Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} before a {:.1} s burst of {:.0} % loss, {} retransmits in it; per second after: {:?}; median of seconds 5-10 {:.1} Mbit/s = {:.0} % of the link",
             reference / 1e6,
             r.before_bps / 1e6,
             r.burst_secs,
+            100.0 * BURST_LOSS,
             r.retrans_in_burst,
             r.per_second_bps.iter().map(|b| (b / 1e5).round() / 10.0).collect::<Vec<_>>(),
             back / 1e6,

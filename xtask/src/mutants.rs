@@ -365,7 +365,7 @@ pub fn run(ccctl: &Path, only: Option<&str>) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-fn clip(s: &str, n: usize) -> String {
+pub fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {

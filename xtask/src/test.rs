@@ -65,10 +65,13 @@ fn apply_floor(phases: &mut [Phase], floor: &[(String, u64)]) {
         let Some((_, least)) = floor.iter().find(|(n, _)| n == p.name) else {
             continue;
         };
-        if p.broken.is_none() && p.counts.passed < *least {
+        // Failed tests are already counted as failures; the floor catches
+        // tests that no longer run at all (passed + failed below it).
+        let ran = p.counts.passed + p.counts.failed;
+        if p.broken.is_none() && ran < *least {
             p.broken = Some(format!(
-                "{} passed, fewer than the floor of {least} in {FLOOR_FILE}: tests stopped running \
-                 (raise or lower the floor only with the tests themselves)",
+                "{ran} ran ({} passed), fewer than the floor of {least} in {FLOOR_FILE}: tests \
+                 stopped running (raise or lower the floor only with the tests themselves)",
                 p.counts.passed
             ));
         }
@@ -131,6 +134,21 @@ struct Phase {
     counts: Counts,
     /// Why the phase itself failed (beyond failed tests), if it did.
     broken: Option<String>,
+    /// What failed, a line each, repeated in the run's last lines (CI
+    /// shows a run's tail; the phase's own output may be far above it).
+    failing: Vec<String>,
+}
+
+/// The names of libtest's failed tests (`test NAME ... FAILED`).
+fn failed_tests(output: &str) -> Vec<String> {
+    let mut names: Vec<String> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 impl Phase {
@@ -147,6 +165,7 @@ impl Phase {
             name,
             counts,
             broken,
+            failing: failed_tests(output),
         }
     }
 
@@ -155,6 +174,7 @@ impl Phase {
             name,
             counts: Counts::default(),
             broken: Some(why),
+            failing: Vec::new(),
         }
     }
 }
@@ -194,6 +214,21 @@ fn mutants_phase(ccctl: &Path) -> Result<Phase> {
         .iter()
         .filter(|r| matches!(r.outcome, crate::mutants::Outcome::Killed(_)))
         .count() as u64;
+    let failing = rows
+        .iter()
+        .filter_map(|r| match &r.outcome {
+            crate::mutants::Outcome::Killed(_) => None,
+            crate::mutants::Outcome::Survived => {
+                Some(format!("{} SURVIVED {}", r.mutant.name, r.mutant.killer))
+            }
+            crate::mutants::Outcome::Error(why) => Some(format!(
+                "{} ERROR against {}: {}",
+                r.mutant.name,
+                r.mutant.killer,
+                crate::mutants::clip(why, 400)
+            )),
+        })
+        .collect();
     Ok(Phase {
         name: NAME,
         counts: Counts {
@@ -202,6 +237,7 @@ fn mutants_phase(ccctl: &Path) -> Result<Phase> {
             results: 1,
         },
         broken: None,
+        failing,
     })
 }
 
@@ -344,6 +380,9 @@ pub fn main(args: TestArgs) -> Result<i32> {
                 println!("xtask test: {}: FAILED TO RUN: {why}", p.name);
             }
         }
+        for f in &p.failing {
+            println!("xtask test: {}: failed: {f}", p.name);
+        }
     }
     println!("xtask: {passed} passed, {failed} failed");
     Ok(if failed == 0 { 0 } else { 1 })
@@ -369,6 +408,18 @@ mod tests {
                 results: 3
             }
         );
+    }
+
+    #[test]
+    fn failed_tests_are_named() {
+        let out = "test a::b ... ok\n\
+            test c::d ... FAILED\n\
+            failures:\n    c::d\n\
+            test e ... FAILED\n\
+            test result: FAILED. 1 passed; 2 failed; 0 ignored\n";
+        let p = Phase::from_run("host tests", 101, out);
+        assert_eq!(p.failing, ["c::d", "e"]);
+        assert!(p.broken.is_none());
     }
 
     #[test]
@@ -400,6 +451,14 @@ mod tests {
             .is_some_and(|b| b.contains("floor of 40")));
         assert!(phases[1].broken.is_none());
         assert!(phases[2].broken.is_none(), "no floor for it");
+        // A failed test is a failure already, not a test that stopped running.
+        let mut one_failed = vec![Phase::from_run(
+            "mutants",
+            1,
+            "test result: FAILED. 11 passed; 1 failed; 0 ignored",
+        )];
+        apply_floor(&mut one_failed, &floor);
+        assert!(one_failed[0].broken.is_none());
         assert!(parse_floor("host tests forty").is_err());
         assert!(parse_floor("host tests: many").is_err());
     }

@@ -385,6 +385,192 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The harm to the control against its baseline (issue 28: harm as the
+/// lab computes it, against the control with no canary beside it). Both
+/// rules' judges measure 4 s of their connections all on Cubic first
+/// (state `baseline`), and every other threshold is loose, so only the
+/// harm against that baseline can roll a canary back. Harmful: 4 Cubic
+/// connections alone, then, once the canary started, 4 more on the
+/// canary's side of the hash, which get ccctl's BBR with cwnd_gain 3 on a
+/// 0.25 BDP buffer: the control's goodput per connection falls far below
+/// the baseline's total over today's 8 connections (harm > 0.3 held 3 s:
+/// rolled back, the audit line names the control's harm and carries the
+/// baseline). Harmless: the same with Reno as the canary: 8 connections
+/// share the path as 8 Cubic ones would, no rollback in 15 s.
+pub fn judge_holds_the_control_harm_against_its_baseline() {
+    let _g = PolicyGuard::new();
+    let tb = shallow_testbed();
+    let dir = tempdir("policy-baseline");
+    let audit_path = dir.join("audit.jsonl");
+    let (bad_port, good_port) = (tb.alloc_port(), tb.alloc_port());
+    let sender_ns = ns(&tb, Role::Sender(0));
+    let judge = "[rule.judge]\nbaseline = \"4s\"\nmax_control_harm = 0.3\nmax_rtt_ratio = 100.0\nmax_retrans_ratio = 1000.0\nmin_goodput_ratio = 0.01\nhold = \"3s\"\ninterval = \"1s\"\nmin_flows = 2\n";
+    let cfg = format!(
+        "on_exit = \"unload\"\naudit = \"{audit}\"\n\n\
+         [[rule]]\nname = \"harmful\"\nmatch = {{ remote_port = {bad_port}, netns = \"{ns}\" }}\n\
+         algorithm = \"bpf-bbr\"\nparams = {{ cwnd_gain = 3.0 }}\nshare = 0.5\ncontrol = \"cubic\"\n{judge}\n\
+         [[rule]]\nname = \"harmless\"\nmatch = {{ remote_port = {good_port}, netns = \"{ns}\" }}\n\
+         algorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n{judge}",
+        audit = audit_path.display(),
+        ns = sender_ns.display(),
+    );
+    let cfg_path = dir.join("daemon.toml");
+    std::fs::write(&cfg_path, &cfg).expect("config");
+    let daemon = spawn_daemon(&cfg_path, &dir);
+    super::lab::wait_for(
+        "the daemon to apply its rules",
+        Duration::from_secs(30),
+        || state("harmless") == "baseline",
+    );
+    let window = Duration::from_secs(15);
+
+    // Control connections alone until the canary starts, then the canary's.
+    let run = |port: u16, first_local: u16| {
+        let sink = Sink::start(&tb, port);
+        let ports = split_ports(tb.sender_addr(0), sink.addr, first_local, 4);
+        let (canary_ports, control_ports) = ports.split_at(4);
+        let control = Bulk::start(connect_ports(&tb, sink.addr, control_ports));
+        let alone = Instant::now();
+        let rule = if port == bad_port {
+            "harmful"
+        } else {
+            "harmless"
+        };
+        super::lab::wait_for(
+            "the daemon to measure the baseline and start the canary",
+            Duration::from_secs(20),
+            || state(rule) == "canary",
+        );
+        let baseline_took = alone.elapsed();
+        let canary = Bulk::start(connect_ports(&tb, sink.addr, canary_ports));
+        let counts = by_cc(&sockets_to(&tb, 0, Some(port), 8));
+        (sink, control, canary, baseline_took, counts)
+    };
+
+    // 1. Harmful.
+    let (sink, control, canary, took, counts) = run(bad_port, 44000);
+    println!("harmful: baseline measured in {took:?}; connections {counts:?}");
+    assert!(
+        took >= Duration::from_secs(4),
+        "the canary started {took:?} after its control connections: before its 4 s baseline"
+    );
+    assert_eq!(counts.get("cubic"), Some(&4), "{counts:?}");
+    assert_eq!(counts.get("bpf_bbr_p1"), Some(&4), "{counts:?}");
+    let started = Instant::now();
+    let mut rolled_after = None;
+    while started.elapsed() < window + Duration::from_secs(5) {
+        if state("harmful") == "rolled_back" {
+            rolled_after = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    canary.stop();
+    control.stop();
+    drop(sink);
+    let rolled_after = rolled_after.expect("the harmful canary was not rolled back");
+    println!("harmful canary rolled back after {rolled_after:?}");
+    assert!(rolled_after <= window, "rolled back after {rolled_after:?}");
+    let recs = audit::read(&audit_path).expect("the audit log");
+    let start = recs
+        .iter()
+        .find(|r| r.action == Action::CanaryStart && r.rules[0].name == "harmful")
+        .unwrap_or_else(|| panic!("no canary_start line for the harmful rule: {recs:?}"));
+    println!("canary start: {}", start.why);
+    assert!(
+        start.outcome["secs"].as_f64().is_some_and(|s| s >= 4.0),
+        "{:?}",
+        start.outcome
+    );
+    assert!(
+        start.outcome["flows"]
+            .as_f64()
+            .is_some_and(|f| (f - 4.0).abs() < 0.5),
+        "{:?}",
+        start.outcome
+    );
+    let auto: Vec<_> = recs
+        .iter()
+        .filter(|r| r.action == Action::AutoRollback)
+        .collect();
+    assert_eq!(auto.len(), 1, "{recs:?}");
+    let d = auto[0].decision.as_ref().expect("the numbers that decided");
+    println!("decided: {}", auto[0].why);
+    let b = d.baseline.expect("the baseline in the decision");
+    let h = d.baseline_harm.expect("the harm against it");
+    assert!(
+        b.total_goodput_bps > 0.5 * RATE as f64,
+        "the baseline's 4 Cubic connections carried the path: {b:?}"
+    );
+    assert!(!d.breaches.is_empty(), "{d:?}");
+    for br in &d.breaches {
+        match *br {
+            Breach::ControlHarm {
+                measured, limit, ..
+            } => assert!(measured > limit, "{br:?}"),
+            _ => panic!("only the harm against the baseline may decide here: {br:?}"),
+        }
+    }
+    // The decision's harm follows from its own numbers and the baseline.
+    let expected = b.total_goodput_bps / f64::from(d.canary.flows + d.control.flows);
+    assert!(
+        (h.goodput_harm - (1.0 - d.control.goodput_bps / expected)).abs() < 1e-9,
+        "{h:?}"
+    );
+    assert!(
+        auto[0].why.contains("against its baseline"),
+        "{}",
+        auto[0].why
+    );
+
+    // 2. Harmless.
+    let (sink, control, canary, took, counts) = run(good_port, 45000);
+    println!("harmless: baseline measured in {took:?}; connections {counts:?}");
+    assert!(took >= Duration::from_secs(4), "{took:?}");
+    assert_eq!(counts.get("reno"), Some(&4), "{counts:?}");
+    let started = Instant::now();
+    while started.elapsed() < window {
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(
+            state("harmless"),
+            "canary",
+            "a harmless canary was rolled back"
+        );
+    }
+    canary.stop();
+    control.stop();
+    drop(sink);
+
+    ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::TERM);
+    let out = daemon.take().wait_with_output().expect("daemon exit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stderr}");
+    assert!(out.status.success(), "daemon: {stderr}");
+    let recs = audit::read(&audit_path).expect("the audit log");
+    let actions: Vec<(Action, String)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r.action,
+                r.rules.first().map(|x| x.name.clone()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions.iter().map(|a| a.0).collect::<Vec<_>>(),
+        vec![
+            Action::Apply,
+            Action::CanaryStart,
+            Action::AutoRollback,
+            Action::CanaryStart,
+            Action::Clear
+        ],
+        "{actions:?}"
+    );
+    let _ = tb.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `ccctl policy apply` and `rollback` by hand each append one line to
 /// `--audit FILE`; an audit log that cannot be written refuses the change.
 pub fn apply_and_rollback_write_audit_lines() {

@@ -1284,6 +1284,11 @@ mod policy {
     }
 
     #[test]
+    fn policy_judge_holds_the_control_harm_against_its_baseline() {
+        crate::common::policy_judge::judge_holds_the_control_harm_against_its_baseline();
+    }
+
+    #[test]
     fn policy_apply_and_rollback_write_audit_lines() {
         crate::common::policy_judge::apply_and_rollback_write_audit_lines();
     }

@@ -433,6 +433,7 @@ fn show(args: ShowArgs) -> Result<()> {
             i + 1,
             r.rule.name,
             match r.state {
+                pk::RuleState::Baseline => "baseline",
                 pk::RuleState::Canary => "canary",
                 pk::RuleState::Active => "active",
                 pk::RuleState::RolledBack => "rolled back",
@@ -469,6 +470,22 @@ fn show(args: ShowArgs) -> Result<()> {
                     m.0, m.1, m.2, m.3, m.4
                 );
             }
+        }
+        if r.state == pk::RuleState::Baseline {
+            let secs = r.rule.judge.and_then(|j| j.baseline_s).unwrap_or(0.0);
+            println!(
+                "   measuring its baseline: every connection gets the control until `ccctl daemon` has measured {secs:.0}s of it, then the canary starts"
+            );
+        }
+        if let (Some(b), Some(e)) = (&r.baseline, &r.canary_started) {
+            println!(
+                "   canary started {} after a baseline of {:.1}s: control {:.1} connections, {:.1} Mbit/s in all, srtt {:.1} ms",
+                ccctl_core::units::utc(e.at_unix, "-", " ", ":", ""),
+                b.secs,
+                b.flows,
+                b.total_goodput_bps / 1e6,
+                b.rtt_ms
+            );
         }
         if let Some(e) = &r.rolled_back {
             println!(

@@ -4,7 +4,12 @@
 //! numbers go to `/metrics`, and a rule with a `[rule.judge]` is judged
 //! ([`ccctl_core::policy::judge`]); a breach held for `hold` rolls it back
 //! through [`pk::rollback`] (what `ccctl policy rollback` runs) and writes
-//! the audit line with the numbers.
+//! the audit line with the numbers. A rule whose judge has a `baseline`
+//! starts in the state `baseline` (all its connections on the control):
+//! the control is measured here until the intervals with `min_flows`
+//! connections cover it, then [`pk::start_canary`] keeps the numbers in the
+//! applied policy and starts the canary (an audit line `canary_start`);
+//! the judge then holds the control's harm against them.
 //!
 //! Which sockets: those of the daemon's network namespace and of each
 //! rule's `netns`, established, whose first matching rule (first match
@@ -16,7 +21,9 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-use ccctl_core::policy::judge::{group_sample, GroupSample, Judge, SockCounters, Verdict};
+use ccctl_core::policy::judge::{
+    group_sample, BaselineMeter, GroupSample, Judge, SockCounters, Verdict,
+};
 use ccctl_core::policy::kernel::{self as pk, Applied, RuleState};
 use ccctl_core::policy::{audit, CgroupRef, CgroupSubtrees, Policy};
 use ccctl_observe::sockdiag::DiagSocket;
@@ -46,10 +53,14 @@ impl Views {
 
 #[derive(Default)]
 struct RuleTrack {
-    /// Generation and rule id the track belongs to (a new apply restarts it).
-    key: (u32, u32),
+    /// The apply (when, by whom) and rule id the track belongs to: a new
+    /// apply restarts it; a rollback or a canary start of another rule,
+    /// which bump the policy's generation, do not.
+    key: (u64, String, u32),
     last: Option<(Instant, Vec<SockCounters>, Vec<SockCounters>)>,
     judge: Judge,
+    /// The control alone, while the rule measures its baseline.
+    meter: BaselineMeter,
     auto_rollbacks: u64,
 }
 
@@ -114,12 +125,11 @@ impl Watcher {
         for r in &doc.rules {
             let name = &r.rule.name;
             let t = self.tracks.entry(name.clone()).or_default();
-            let key = (doc.generation, r.rule.id);
+            let key = (doc.applied.at_unix, doc.applied.by.clone(), r.rule.id);
             if t.key != key && r.state != RuleState::RolledBack {
                 // A new apply (or a first look): start over.
                 let kept = t.auto_rollbacks;
                 *t = RuleTrack {
-                    key,
                     auto_rollbacks: kept,
                     ..Default::default()
                 };
@@ -130,19 +140,55 @@ impl Watcher {
                 auto_rollbacks: t.auto_rollbacks,
                 ..Default::default()
             };
+            let mut dt = 0.0;
             if let Some((at, can_before, ctl_before)) = &t.last {
-                let dt = now.duration_since(*at).as_secs_f64();
+                dt = now.duration_since(*at).as_secs_f64();
                 view.canary = group_sample(can_before, &can_now, dt);
                 view.control = group_sample(ctl_before, &ctl_now, dt);
             }
             t.last = Some((now, can_now, ctl_now));
+            if let (Some(th), RuleState::Baseline) = (r.rule.judge, r.state) {
+                let need = th.baseline_s.unwrap_or(0.0);
+                t.meter.add(&view.control, dt, th.min_flows);
+                if let Some(b) = t.meter.baseline().filter(|_| t.meter.secs() + 1e-9 >= need) {
+                    let why = format!(
+                        "baseline measured: {} intervals over {:.1}s, control {:.1} connections, {:.1} Mbit/s in all, {:.2} Mbit/s each, srtt {:.1} ms, retransmission ratio {:.4}",
+                        b.intervals,
+                        b.secs,
+                        b.flows,
+                        b.total_goodput_bps / 1e6,
+                        b.goodput_bps / 1e6,
+                        b.rtt_ms,
+                        b.retrans_ratio
+                    );
+                    match pk::start_canary(name, b, &why) {
+                        Ok(()) => {
+                            eprintln!("ccctl daemon: rule {name}: canary started; {why}");
+                            let mut rec = audit::Record::now(audit::Action::CanaryStart, why);
+                            rec.rules = vec![(&r.rule).into()];
+                            rec.outcome =
+                                serde_json::to_value(b).unwrap_or(serde_json::Value::Null);
+                            super::audit_write(log, &rec);
+                        }
+                        Err(e) => {
+                            eprintln!(
+                                "ccctl daemon: starting the canary of rule {name} failed: {e}"
+                            );
+                            tracing::error!(rule = %name, "starting the canary failed: {e}");
+                        }
+                    }
+                }
+            }
             if let (Some(th), RuleState::Canary, true) = (
                 r.rule.judge,
                 r.state,
                 view.canary.flows + view.control.flows > 0,
             ) {
                 let at = now.duration_since(self.start).as_secs_f64();
-                match t.judge.observe(&th, view.canary, view.control, at) {
+                match t
+                    .judge
+                    .observe(&th, view.canary, view.control, r.baseline.as_ref(), at)
+                {
                     Verdict::Insufficient | Verdict::Healthy(_) => {}
                     Verdict::Breaching(d) => {
                         view.breaching = true;

@@ -21,7 +21,7 @@
 //! | `ccctl_config_last_reload_timestamp_seconds` | gauge | | Unix time of the start or the last SIGHUP |
 //! | `ccctl_config_last_reload_success` | gauge 0/1 | | whether that configuration was applied |
 //! | `ccctl_config_reloads_total` | counter | `result` = `applied`, `refused` | SIGHUPs |
-//! | `ccctl_policy_rule_state` | gauge 0/1 | `rule`, `state` = `canary`, `active`, `rolled_back` | the applied policy (`active`: the rule takes all its connections, promoted) |
+//! | `ccctl_policy_rule_state` | gauge 0/1 | `rule`, `state` = `baseline`, `canary`, `active`, `rolled_back` | the applied policy (`baseline`: its judge measures the control before the canary starts; `active`: the rule takes all its connections, promoted) |
 //! | `ccctl_policy_rule_connections_total` | counter | `rule`, `group` = `canary`, `control`, `app_kept`, `failed` | the sockops program's counters: new connections the rule took, by what they got |
 //! | `ccctl_policy_rule_rolled_back_connections_total` | counter | `rule` | live connections a rollback moved back |
 //! | `ccctl_policy_rule_migrated_connections_total` | counter | `rule`, `group` = `canary`, `control`, `left`, `app_kept`, `failed` | live connections `ccctl policy apply --migrate` moved onto the rule |
@@ -295,6 +295,7 @@ fn policy_metrics(reg: &mut Registry, shared: &Shared) {
         let name = r.rule.name.clone();
         let rl = vec![("rule", name.clone())];
         for (s, v) in [
+            ("baseline", RuleState::Baseline),
             ("canary", RuleState::Canary),
             ("active", RuleState::Active),
             ("rolled_back", RuleState::RolledBack),

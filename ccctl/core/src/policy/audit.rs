@@ -40,6 +40,8 @@ pub enum Action {
     Rollback,
     /// A rollback the daemon's canary judge decided.
     AutoRollback,
+    /// The daemon measured a rule's baseline and started its canary.
+    CanaryStart,
     Clear,
     Replace,
 }

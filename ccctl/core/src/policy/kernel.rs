@@ -170,6 +170,10 @@ pub fn netns_cookie(path: &Path) -> std::result::Result<u64, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuleState {
+    /// A canary whose judge measures the control first (`[rule.judge]
+    /// baseline`): every matching connection gets the control until the
+    /// daemon has the baseline and starts the canary.
+    Baseline,
     /// Takes `share` < 1 of its connections, the rest get the control.
     Canary,
     /// Takes all of its connections.
@@ -185,6 +189,11 @@ pub struct AppliedRule {
     pub state: RuleState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_back: Option<Event>,
+    /// The control measured before the canary started (and when it did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<super::judge::Baseline>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_started: Option<Event>,
 }
 
 /// Who did something, when and why.
@@ -433,7 +442,11 @@ fn publish(doc: &Applied) -> Result<()> {
     let rules = map(MAP_RULES)?;
     for (i, r) in doc.rules.iter().enumerate() {
         let key = next * abi::CCCTL_POLICY_MAX_RULES + i as u32;
-        let bpf_rule = r.rule.to_bpf(r.state == RuleState::RolledBack);
+        // A rule measuring its baseline gives the control, as a rolled-back one.
+        let bpf_rule = r.rule.to_bpf(matches!(
+            r.state,
+            RuleState::RolledBack | RuleState::Baseline
+        ));
         rules
             .update(&key.to_ne_bytes(), bpf_rule.as_bytes(), MapFlags::ANY)
             .map_err(bpf("writing policy_rules"))?;
@@ -625,13 +638,17 @@ pub fn apply_with(policy: &Policy, why: &str, migrate: bool) -> Result<ApplyRepo
             rules: rules
                 .into_iter()
                 .map(|rule| AppliedRule {
-                    state: if rule.share < 1.0 {
-                        RuleState::Canary
-                    } else {
+                    state: if rule.share >= 1.0 {
                         RuleState::Active
+                    } else if rule.judge.is_some_and(|j| j.baseline_s.is_some()) {
+                        RuleState::Baseline
+                    } else {
+                        RuleState::Canary
                     },
                     rule,
                     rolled_back: None,
+                    baseline: None,
+                    canary_started: None,
                 })
                 .collect(),
             overlaps: policy.overlaps.clone(),
@@ -866,6 +883,44 @@ pub fn rollback(name: &str, why: &str) -> Result<RollbackReport> {
         namespaces: namespaces.iter().map(|p| p.display().to_string()).collect(),
         to: if to.is_empty() { "previous".into() } else { to },
     })
+}
+
+/// Ends rule `name`'s baseline: keeps `baseline` in the applied policy and
+/// starts its canary (new connections split by the share from now on).
+/// Refused unless the rule is measuring its baseline.
+pub fn start_canary(name: &str, baseline: super::judge::Baseline, why: &str) -> Result<()> {
+    kernel::check_privileges()?;
+    pins::check_pin_tree()?;
+    let _signals = ccctl_sys::signals::Deferred::new();
+    let _lock = policy_lock()?;
+    let mut doc = current()?.ok_or_else(|| {
+        Error::Refused(format!(
+            "cannot start the canary of `{name}`: no policy is applied"
+        ))
+    })?;
+    let r = doc
+        .rules
+        .iter_mut()
+        .find(|r| r.rule.name == name)
+        .ok_or_else(|| {
+            Error::Refused(format!(
+                "cannot start the canary of `{name}`: no rule of that name"
+            ))
+        })?;
+    if r.state != RuleState::Baseline {
+        return Err(Error::Refused(format!(
+            "cannot start the canary of `{name}`: it is not measuring a baseline"
+        )));
+    }
+    r.state = RuleState::Canary;
+    r.baseline = Some(baseline);
+    r.canary_started = Some(Event {
+        at_unix: now_unix(),
+        by: who(),
+        why: why.into(),
+    });
+    doc.generation = doc.generation.wrapping_add(1);
+    publish(&doc)
 }
 
 /// One of the object's `iter/tcp` programs, loaded alone and attached.

@@ -1101,7 +1101,7 @@ impl Figure for CdfFigure<'_> {
 }
 
 /// Width per category of an [`intervals`] panel, and its least width.
-const CATEGORY_W: u32 = 110;
+const CATEGORY_W: u32 = 150;
 const INTERVAL_MIN_W: u32 = 800;
 
 struct IntervalFigure<'a> {
@@ -1240,6 +1240,55 @@ mod tests {
     }
 
     const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+    /// Error bars beside a reference line: a PNG and an SVG, sized by the
+    /// widest panel; a panel with no points, or with a non-finite point,
+    /// still draws (the point is skipped), and the SVG holds the labels.
+    #[test]
+    fn intervals_draw_error_bars_beside_the_reference() {
+        let dir = TestDir::new("intervals");
+        let point = |label: &str, value: f64, low: f64, high: f64| IntervalPoint {
+            label: label.into(),
+            value,
+            low,
+            high,
+        };
+        let panels = [
+            IntervalPanel {
+                y_label: "harm ratio".into(),
+                reference: Some(1.6),
+                reference_label: "paper: 1.6".into(),
+                points: vec![
+                    point("all (14)", 1.4, 1.1, 1.7),
+                    point("10M 100ms 0.5bdp", 2.1, 2.1, 2.1),
+                    point("100M 50ms 1bdp", f64::NAN, 0.0, 1.0),
+                ],
+            },
+            IntervalPanel {
+                y_label: "empty".into(),
+                reference: None,
+                reference_label: String::new(),
+                points: Vec::new(),
+            },
+        ];
+        let files =
+            intervals(&dir.stem("fig"), "Fig. 7: ours and the paper's", &panels).expect("drawn");
+        assert_eq!(files.len(), 2);
+        check_png(&files[0]);
+        let svg = std::fs::read_to_string(&files[1]).expect("svg");
+        for text in ["10M 100ms 0.5bdp", "paper: 1.6", "harm ratio", "no data"] {
+            assert!(svg.contains(text), "{text} missing from the SVG");
+        }
+        let fig = IntervalFigure {
+            title: "",
+            panels: &panels,
+        };
+        assert_eq!(
+            fig.size(),
+            (INTERVAL_MIN_W, 2 * (PANEL_H + X_AXIS_H) + TITLE_H),
+            "three categories fit the least width"
+        );
+    }
 
     fn check_png(path: &Path) {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

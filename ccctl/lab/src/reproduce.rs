@@ -1243,7 +1243,8 @@ pub fn figures(measured: &[Measured]) -> Vec<FigurePlot> {
         }];
         if m.links.len() > 1 {
             points.extend(m.links.iter().map(|l| crate::plots::IntervalPoint {
-                label: l.link.clone(),
+                // "100 Mbit/s / 50 ms / 1bdp" -> "100M 50ms 1bdp": a tick label.
+                label: l.link.replace(" Mbit/s / ", "M ").replace(" ms / ", "ms "),
                 value: l.value,
                 low: l.ci_low,
                 high: l.ci_high,

@@ -54,7 +54,13 @@ fn main() -> Result<()> {
             out,
             names,
         } => {
-            for p in ccctl_lab::reproduce::plan(&seeds, &names, quick, &out)? {
+            let planned = ccctl_lab::reproduce::plan(&seeds, &names, quick, &out)?;
+            for n in &names {
+                if !planned.iter().any(|p| &p.name == n) {
+                    eprintln!("reproduction: {n} is not part of --quick (the full suite runs it)");
+                }
+            }
+            for p in planned {
                 println!("{}", serde_json::to_string(&p)?);
             }
         }

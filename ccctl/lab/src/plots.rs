@@ -1143,6 +1143,8 @@ impl Figure for IntervalFigure<'_> {
                 .flat_map(|p| [p.value, p.low, p.high])
                 .chain(panel.reference);
             let (y0, y1) = axis_range(values, Pad::FromZero);
+            // Headroom above the data for the legend, so it hides no bar.
+            let y1 = y1 + (y1 - y0) * 0.45;
             let y_fmt = tick_formatter(y0, y1, 6);
             let labels: Vec<String> = panel.points.iter().map(|p| p.label.clone()).collect();
             let x_fmt = move |x: &f64| {

@@ -1176,6 +1176,9 @@ impl Figure for IntervalFigure<'_> {
                 });
             }
             let style = ShapeStyle::from(&ours).stroke_width(2);
+            // Caps a fixed share of a category's width, narrower when the
+            // panel has few categories (one category spans the whole plot).
+            let cap = 0.12 * (n as f64 / 4.0).min(1.0);
             for (i, p) in panel.points.iter().enumerate() {
                 if !(p.value.is_finite() && p.low.is_finite() && p.high.is_finite()) {
                     continue;
@@ -1187,7 +1190,7 @@ impl Figure for IntervalFigure<'_> {
                 )))?;
                 for y in [p.low, p.high] {
                     chart.draw_series(std::iter::once(PathElement::new(
-                        vec![(x - 0.12, y), (x + 0.12, y)],
+                        vec![(x - cap, y), (x + cap, y)],
                         style,
                     )))?;
                 }

@@ -281,6 +281,22 @@ fn write_docs(root: &Path, out: &Path) -> Result<()> {
     let mut started = f64::INFINITY;
     let mut finished: f64 = 0.0;
     let mut body = report.clone();
+    // The report's own figures (headline values with intervals, beside the
+    // paper's): out/plots/<stem>.png -> docs/reproduction/<stem>.png.
+    if let Ok(rd) = std::fs::read_dir(out.join("plots")) {
+        for png in rd.flatten() {
+            let file = png.file_name().to_string_lossy().into_owned();
+            if !file.ends_with(".png") {
+                continue;
+            }
+            std::fs::copy(png.path(), plots_dir.join(&file))
+                .with_context(|| format!("copying {}", png.path().display()))?;
+            body = body.replace(
+                &format!("(plots/{file})"),
+                &format!("(reproduction/{file})"),
+            );
+        }
+    }
     for entry in std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
         let dir = entry?.path();
         let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else {

@@ -3,6 +3,7 @@
 //!
 //! usage: reproduction plan --seeds DIR --out DIR [--quick] [NAME...]
 //!        reproduction report DIR
+//!        reproduction budget [--seeds DIR] [--quick]
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -35,6 +36,14 @@ enum Cmd {
     /// Compute every headline from the Parquet files under DIR and write
     /// DIR/REPORT.md and DIR/report.json.
     Report { dir: PathBuf },
+    /// Print the suite's budget: runs and testbed time per scenario (as
+    /// `ccctl lab check` counts them) and the expected wall time.
+    Budget {
+        #[arg(long, default_value = "scenarios/seeds")]
+        seeds: PathBuf,
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -45,11 +54,45 @@ fn main() -> Result<()> {
             out,
             names,
         } => {
-            for p in ccctl_lab::reproduce::plan(&seeds, &names, quick, &out)? {
+            let planned = ccctl_lab::reproduce::plan(&seeds, &names, quick, &out)?;
+            for n in &names {
+                if !planned.iter().any(|p| &p.name == n) {
+                    eprintln!("reproduction: {n} is not part of --quick (the full suite runs it)");
+                }
+            }
+            for p in planned {
                 println!("{}", serde_json::to_string(&p)?);
             }
         }
         Cmd::Report { dir } => print!("{}", ccctl_lab::reproduce::report(&dir)?),
+        Cmd::Budget { seeds, quick } => {
+            use ccctl_lab::reproduce as r;
+            let lines = r::budget(&seeds, quick)?;
+            println!("| scenario | runs | testbed time (s) | + overhead (s) |");
+            println!("|---|---|---|---|");
+            for l in &lines {
+                println!(
+                    "| {} | {} | {:.0} | {:.0} |",
+                    l.name,
+                    l.runs,
+                    l.testbed_secs,
+                    l.testbed_secs + r::SCENARIO_OVERHEAD_SECS
+                );
+            }
+            let runs: usize = lines.iter().map(|l| l.runs).sum();
+            let testbed: f64 = lines.iter().map(|l| l.testbed_secs).sum();
+            let wall = r::budget_wall_secs(&lines);
+            let limit = if quick {
+                r::QUICK_BUDGET_SECS
+            } else {
+                r::FULL_BUDGET_SECS
+            };
+            println!(
+                "| total | {runs} | {testbed:.0} | {wall:.0} ({:.1} min of {:.0}) |",
+                wall / 60.0,
+                limit / 60.0
+            );
+        }
     }
     Ok(())
 }

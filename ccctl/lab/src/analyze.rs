@@ -19,8 +19,8 @@
 //!
 //! Per run: Jain's index over the flows' goodputs, link utilization (the
 //! bits the flows delivered in their windows over what the configured rate
-//! carries from the first window's start to the last one's end), bottleneck
-//! drops.
+//! carries from the first window's start to the last one's end), the ping
+//! prober's mean RTT after the warm-up, bottleneck drops.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -149,6 +149,8 @@ pub struct SummaryRow {
     pub m_h_rtt: Option<f64>,
     pub jain_index: Option<f64>,
     pub utilization: Option<f64>,
+    /// Mean RTT of the run's ping prober after the warm-up (run rows).
+    pub ping_rtt_ms: Option<f64>,
     pub bottleneck_drops: Option<u64>,
     pub reference_bps: Option<f64>,
     pub testbed_limited: bool,
@@ -278,11 +280,25 @@ pub fn analyze(plan: &Plan, records: &[JobRecord]) -> Analysis {
             },
             jain_index: metrics::jain_fairness(&goodputs).filter(|_| goodputs.len() == ms.len()),
             utilization: run_utilization(rec, ms),
+            ping_rtt_ms: ping_rtt(rec),
             bottleneck_drops: rec.bottleneck.as_ref().map(|q| q.drops),
             ..base
         });
     }
     Analysis { rows, calibrations }
+}
+
+/// The mean RTT of the run's pings after the warm-up, up to the run's end:
+/// what Flent's ping through the bottleneck reports.
+fn ping_rtt(rec: &JobRecord) -> Option<f64> {
+    let (from, to) = (rec.job.warmup.as_secs_f64(), rec.job.duration.as_secs_f64());
+    let rtts: Vec<f64> = rec
+        .ping
+        .iter()
+        .filter(|p| p.t >= from && p.t <= to)
+        .map(|p| p.rtt_ms)
+        .collect();
+    metrics::mean(&rtts)
 }
 
 /// The run's link utilization (see the top of this file): each flow's
@@ -457,6 +473,47 @@ mod tests {
         assert!((mean - (35.0 * 40.0 + 36.0 * 60.0) / 71.0).abs() < 1e-9);
         assert_eq!(m.p95_rtt_ms, Some(60.0));
         assert_eq!(m.min_rtt_ms, Some(30.0));
+    }
+
+    /// The prober's replies count from the warm-up to the run's end: a
+    /// 20 s run with a 5 s warm-up keeps 5..20 s.
+    #[test]
+    fn ping_rtt_is_the_mean_after_the_warmup() {
+        let sc = crate::scenario::Scenario::from_toml(
+            "name = \"t\"\nduration = \"20s\"\nwarmup = \"5s\"\nflows = \"cubic:1\"\nbaselines = false\n[link]\nrate = \"20mbit\"\nrtt = \"40ms\"\nbuffer = \"1bdp\"\n",
+        )
+        .expect("scenario");
+        let job = plan::plan(&sc)
+            .jobs
+            .into_iter()
+            .find(|j| j.kind == JobKind::Main)
+            .expect("main run");
+        let ping = [
+            (1.0, 40.0),
+            (5.0, 60.0),
+            (12.0, 80.0),
+            (20.0, 100.0),
+            (21.0, 500.0),
+        ]
+        .map(|(t, rtt_ms)| crate::exec::PingSample { t, rtt_ms })
+        .to_vec();
+        let mut rec = JobRecord {
+            job,
+            flows: Vec::new(),
+            bottleneck: None,
+            started_unix: 0.0,
+            wall_secs: 20.0,
+            sample_failures: 0,
+            qdiscs: Vec::new(),
+            phase_secs: [0.0; 3],
+            t0_monotonic_ns: 0,
+            trace: None,
+            path: None,
+            ping,
+        };
+        assert_eq!(ping_rtt(&rec), Some(80.0));
+        rec.ping.clear();
+        assert_eq!(ping_rtt(&rec), None, "no prober, no number");
     }
 
     #[test]

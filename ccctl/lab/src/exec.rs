@@ -7,6 +7,10 @@
 //! namespaces. Each flow has its own iperf3 server port; its data
 //! connection is the socket whose local port iperf3 reports at the end
 //! (the control connection to the same port is dropped).
+//!
+//! A ping prober runs beside the flows, as Flent's does: `ping` from the
+//! first sender host to the receiver every 200 ms, through the bottleneck
+//! and that host's base RTT, its replies kept with their time.
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,6 +33,91 @@ pub use ccctl_observe::sockdiag::Sample;
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 /// How long past the flows' planned end we wait before collecting anyway.
 const END_GRACE: Duration = Duration::from_secs(5);
+/// The ping prober's interval (Flent's default step, 0.2 s).
+pub const PING_PERIOD: Duration = Duration::from_millis(200);
+
+/// One ping reply: `t` seconds since the flows were launched (when it was
+/// received), its round-trip time.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PingSample {
+    pub t: f64,
+    pub rtt_ms: f64,
+}
+
+/// The replies in `ping -n -D` output (`[<unix time>] 64 bytes from ...:
+/// icmp_seq=1 ttl=63 time=30.4 ms`), timed from `t0_unix`. Other lines
+/// (the header, the summary, "no answer") are skipped.
+pub fn parse_ping(text: &str, t0_unix: f64) -> Vec<PingSample> {
+    text.lines()
+        .filter_map(|l| {
+            let stamp = l
+                .strip_prefix('[')?
+                .split(']')
+                .next()?
+                .parse::<f64>()
+                .ok()?;
+            let rtt = l
+                .split("time=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()?;
+            Some(PingSample {
+                t: stamp - t0_unix,
+                rtt_ms: rtt,
+            })
+        })
+        .collect()
+}
+
+/// `ping` from the first sender host to the receiver for `secs`, its output
+/// to a file (a pipe would fill and stall it on a long run).
+struct PingProber {
+    proc: crate::testbed::NsProcess,
+    out: std::path::PathBuf,
+}
+
+impl PingProber {
+    fn start(tb: &Testbed, job: usize, secs: Duration) -> Option<PingProber> {
+        let out =
+            std::env::temp_dir().join(format!("ccctl-lab-ping-{}-{job}.txt", std::process::id()));
+        let file = std::fs::File::create(&out)
+            .map_err(|e| tracing::warn!("no ping prober: {}: {e}", out.display()))
+            .ok()?;
+        let argv = [
+            "ping".to_string(),
+            "-n".into(),
+            "-D".into(),
+            "-i".into(),
+            format!("{:.3}", PING_PERIOD.as_secs_f64()),
+            "-w".into(),
+            secs.as_secs().max(1).to_string(),
+            tb.receiver_addr().to_string(),
+        ];
+        match tb.spawn_stdio(
+            Role::Sender(0),
+            &argv,
+            std::process::Stdio::from(file),
+            std::process::Stdio::null(),
+        ) {
+            Ok(proc) => Some(PingProber { proc, out }),
+            Err(e) => {
+                tracing::warn!("no ping prober: {e}");
+                let _ = std::fs::remove_file(&out);
+                None
+            }
+        }
+    }
+
+    /// Stops it (it has normally ended by its deadline) and reads its replies.
+    fn finish(mut self, t0_unix: f64) -> Vec<PingSample> {
+        self.proc.kill();
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.out);
+        parse_ping(&text, t0_unix)
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct FlowRecord {
@@ -59,6 +148,8 @@ pub struct JobRecord {
     pub trace: Option<std::path::PathBuf>,
     /// The path emulator and its cost.
     pub path: Option<PathUsage>,
+    /// The ping prober's replies (empty when it could not run).
+    pub ping: Vec<PingSample>,
 }
 
 /// Distinct (base RTT, schedule) pairs in order of first appearance: one
@@ -185,8 +276,10 @@ pub fn run_job(
 
     let mut running = iperf::spawn_flows(&tb, &specs)?;
     let t0 = Instant::now();
+    let t0_unix = ccctl_core::sys::time::now_unix_f64();
     let t0_monotonic_ns = ccctl_core::sys::time::monotonic_ns();
     let planned = running.expected_runtime();
+    let prober = PingProber::start(&tb, job.id, job.duration);
     // (flow index, local port) -> samples; the control connection is dropped later.
     let mut raw: BTreeMap<(usize, u16), Vec<Sample>> = BTreeMap::new();
     let mut sample_failures = 0u64;
@@ -237,6 +330,7 @@ pub fn run_job(
         }
     }
     let results = running.wait()?;
+    let ping = prober.map(|p| p.finish(t0_unix)).unwrap_or_default();
     tb.check_gates()?;
     let flow_secs = wall.elapsed().as_secs_f64() - setup_secs;
     let bottleneck = tb.bottleneck_stats().ok();
@@ -294,6 +388,7 @@ pub fn run_job(
         t0_monotonic_ns,
         trace: None,
         path: Some(path_usage),
+        ping,
     })
 }
 
@@ -350,4 +445,25 @@ fn qdisc_description(tb: &Testbed) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_replies_are_timed_from_the_flows_launch() {
+        let text = "PING 198.18.0.2 (198.18.0.2) 56(84) bytes of data.\n\
+            [1795801777.250000] 64 bytes from 198.18.0.2: icmp_seq=1 ttl=63 time=30.4 ms\n\
+            [1795801777.450000] no answer yet for icmp_seq=2\n\
+            [1795801777.650000] 64 bytes from 198.18.0.2: icmp_seq=3 ttl=63 time=181 ms\n\
+            \n--- 198.18.0.2 ping statistics ---\n\
+            3 packets transmitted, 2 received, 33% packet loss, time 400ms\n\
+            rtt min/avg/max/mdev = 30.4/105.7/181.0/75.3 ms\n";
+        let got = parse_ping(text, 1795801777.0);
+        assert_eq!(got.len(), 2);
+        assert!((got[0].t - 0.25).abs() < 1e-6 && got[0].rtt_ms == 30.4);
+        assert!((got[1].t - 0.65).abs() < 1e-6 && got[1].rtt_ms == 181.0);
+        assert!(parse_ping("", 0.0).is_empty());
+    }
 }

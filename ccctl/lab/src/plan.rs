@@ -247,7 +247,9 @@ pub fn plan(sc: &Scenario) -> Plan {
             if !sc.baselines {
                 continue;
             }
-            for f in &flows {
+            let wanted =
+                |cc: &str| sc.baselines_for.is_empty() || sc.baselines_for.iter().any(|b| b == cc);
+            for f in flows.iter().filter(|f| wanted(&f.cc)) {
                 if !wanted_solo.iter().any(|w| solo_key(w) == solo_key(f)) {
                     wanted_solo.push(f.clone());
                 }
@@ -257,7 +259,7 @@ pub fn plan(sc: &Scenario) -> Plan {
                 ccs.dedup();
                 ccs.sort_unstable();
                 ccs.dedup();
-                for cc in ccs {
+                for cc in ccs.into_iter().filter(|cc| wanted(cc)) {
                     let same: Vec<FlowPlan> = flows
                         .iter()
                         .map(|f| FlowPlan {
@@ -388,6 +390,42 @@ mod tests {
         assert_eq!(cal.link.buffer, Buffer::Bdp(2.0));
         assert_eq!(cal.link.buffer_bytes, 200_000, "2 x 20 Mbit/s x 40 ms");
         assert_eq!(cal.duration, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn baselines_for_keeps_only_the_named_algorithms_baselines() {
+        let sc = scenario(
+            "baselines_for = [\"cubic\", \"reno\"]\n[sweep]\nflows = [\"cubic:1, reno:1\", \"bbr:1, cubic:1\"]",
+        );
+        let p = plan(&sc);
+        let ccs = |k: JobKind| -> Vec<String> {
+            p.jobs
+                .iter()
+                .filter(|j| j.kind == k)
+                .map(|j| {
+                    j.flows
+                        .iter()
+                        .map(|f| f.cc.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                })
+                .collect()
+        };
+        // bbr (the harming α of the second match-up) gets neither a solo
+        // run nor a bbr-vs-bbr run; cubic's solo and cubic x2 are shared.
+        assert_eq!(ccs(JobKind::Solo), ["cubic", "reno"]);
+        assert_eq!(ccs(JobKind::SameCc), ["cubic+cubic", "reno+reno"]);
+        assert_eq!(ccs(JobKind::Main), ["cubic+reno", "bbr+cubic"]);
+        let e = Scenario::from_toml(
+            "name = \"t\"\nduration = \"20s\"\nflows = \"cubic:1, bbr:1\"\nbaselines_for = [\"reno\"]\n[link]\nrate = \"20mbit\"\nrtt = \"40ms\"\nbuffer = \"1bdp\"\n",
+        )
+        .expect_err("reno runs in no match-up");
+        assert_eq!(e.field, "baselines_for[0]");
+        let e = Scenario::from_toml(
+            "name = \"t\"\nduration = \"20s\"\nflows = \"cubic:1, bbr:1\"\nbaselines = false\nbaselines_for = [\"cubic\"]\n[link]\nrate = \"20mbit\"\nrtt = \"40ms\"\nbuffer = \"1bdp\"\n",
+        )
+        .expect_err("no baselines at all");
+        assert_eq!(e.field, "baselines_for");
     }
 
     #[test]

@@ -201,6 +201,38 @@ pub fn cdf(
     write_figure(stem, &fig, system_font())
 }
 
+/// One estimate with its interval, at one category of an [`intervals`] panel.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct IntervalPoint {
+    pub label: String,
+    pub value: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// One panel of an [`intervals`] figure: estimates per category, with a
+/// reference value (e.g. a paper's number) drawn as a dashed line.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct IntervalPanel {
+    pub y_label: String,
+    pub reference: Option<f64>,
+    pub reference_label: String,
+    pub points: Vec<IntervalPoint>,
+}
+
+/// Stacked panels of estimates with error bars over named categories (x is
+/// categorical), each with its reference line; writes `<stem>.png` and
+/// `<stem>.svg`. Use for: a headline's value, overall and per sweep point,
+/// with its 95 % interval, beside the paper's number.
+pub fn intervals(
+    stem: &Path,
+    title: &str,
+    panels: &[IntervalPanel],
+) -> Result<Vec<PathBuf>, PlotError> {
+    let fig = IntervalFigure { title, panels };
+    write_figure(stem, &fig, system_font())
+}
+
 // ---------------------------------------------------------------------------
 // Fonts
 
@@ -1068,6 +1100,121 @@ impl Figure for CdfFigure<'_> {
     }
 }
 
+/// Width per category of an [`intervals`] panel, and its least width.
+const CATEGORY_W: u32 = 150;
+const INTERVAL_MIN_W: u32 = 800;
+
+struct IntervalFigure<'a> {
+    title: &'a str,
+    panels: &'a [IntervalPanel],
+}
+
+impl Figure for IntervalFigure<'_> {
+    fn size(&self) -> (u32, u32) {
+        let most = self
+            .panels
+            .iter()
+            .map(|p| p.points.len())
+            .max()
+            .unwrap_or(1) as u32;
+        (
+            (CATEGORY_W * most + 200).max(INTERVAL_MIN_W),
+            (PANEL_H + X_AXIS_H) * self.panels.len().max(1) as u32 + TITLE_H,
+        )
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let (title_area, body) = root.split_vertically(TITLE_H);
+        draw_title(&title_area, self.title)?;
+        if self.panels.is_empty() {
+            return draw_no_data(&body);
+        }
+        let breaks: Vec<i32> = (1..self.panels.len())
+            .map(|i| (i as u32 * (PANEL_H + X_AXIS_H)) as i32)
+            .collect();
+        let areas = body.split_by_breakpoints([] as [i32; 0], breaks);
+        let ours = PALETTE[0];
+        let paper = PALETTE[3];
+        for (panel, area) in self.panels.iter().zip(&areas) {
+            let n = panel.points.len().max(1);
+            let values = panel
+                .points
+                .iter()
+                .flat_map(|p| [p.value, p.low, p.high])
+                .chain(panel.reference);
+            let (y0, y1) = axis_range(values, Pad::FromZero);
+            // Headroom above the data for the legend, so it hides no bar.
+            let y1 = y1 + (y1 - y0) * 0.45;
+            let y_fmt = tick_formatter(y0, y1, 6);
+            let labels: Vec<String> = panel.points.iter().map(|p| p.label.clone()).collect();
+            let x_fmt = move |x: &f64| {
+                let i = x.round();
+                if (x - i).abs() > 1e-6 || i < 0.0 {
+                    return String::new();
+                }
+                labels.get(i as usize).cloned().unwrap_or_default()
+            };
+            let mut chart = ChartBuilder::on(area)
+                .margin_top(10)
+                .margin_left(10)
+                .margin_right(25)
+                .x_label_area_size(X_AXIS_H + 10)
+                .y_label_area_size(85)
+                .build_cartesian_2d(-0.5..(n as f64 - 0.5), y0..y1)?;
+            draw_mesh(&mut chart, None, &panel.y_label, &x_fmt, &y_fmt, n, 6)?;
+            let mut legend = Vec::new();
+            if let Some(r) = panel.reference.filter(|r| r.is_finite()) {
+                let look = Look {
+                    color: paper,
+                    dash: Some((8, 5)),
+                    marker: Marker::Square,
+                };
+                draw_line(&mut chart, &[(-0.5, r), (n as f64 - 0.5, r)], look)?;
+                legend.push(LegendEntry {
+                    label: panel.reference_label.clone(),
+                    sample: Sample::Line(look),
+                });
+            }
+            let style = ShapeStyle::from(&ours).stroke_width(2);
+            // Caps a fixed share of a category's width, narrower when the
+            // panel has few categories (one category spans the whole plot).
+            let cap = 0.12 * (n as f64 / 4.0).min(1.0);
+            for (i, p) in panel.points.iter().enumerate() {
+                if !(p.value.is_finite() && p.low.is_finite() && p.high.is_finite()) {
+                    continue;
+                }
+                let x = i as f64;
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(x, p.low), (x, p.high)],
+                    style,
+                )))?;
+                for y in [p.low, p.high] {
+                    chart.draw_series(std::iter::once(PathElement::new(
+                        vec![(x - cap, y), (x + cap, y)],
+                        style,
+                    )))?;
+                }
+                chart.draw_series(std::iter::once(Circle::new((x, p.value), 5, ours.filled())))?;
+            }
+            let look = Look {
+                color: ours,
+                dash: None,
+                marker: Marker::Circle,
+            };
+            legend.push(LegendEntry {
+                label: "ours: mean, 95 % interval".into(),
+                sample: Sample::LineMarker(look),
+            });
+            let plot = chart.plotting_area().strip_coord_spec();
+            if panel.points.is_empty() {
+                draw_no_data(&plot)?;
+            }
+            draw_legend(&plot, &legend, Corner::UpperRight)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1098,6 +1245,55 @@ mod tests {
     }
 
     const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+    /// Error bars beside a reference line: a PNG and an SVG, sized by the
+    /// widest panel; a panel with no points, or with a non-finite point,
+    /// still draws (the point is skipped), and the SVG holds the labels.
+    #[test]
+    fn intervals_draw_error_bars_beside_the_reference() {
+        let dir = TestDir::new("intervals");
+        let point = |label: &str, value: f64, low: f64, high: f64| IntervalPoint {
+            label: label.into(),
+            value,
+            low,
+            high,
+        };
+        let panels = [
+            IntervalPanel {
+                y_label: "harm ratio".into(),
+                reference: Some(1.6),
+                reference_label: "paper: 1.6".into(),
+                points: vec![
+                    point("all (14)", 1.4, 1.1, 1.7),
+                    point("10M 100ms 0.5bdp", 2.1, 2.1, 2.1),
+                    point("100M 50ms 1bdp", f64::NAN, 0.0, 1.0),
+                ],
+            },
+            IntervalPanel {
+                y_label: "empty".into(),
+                reference: None,
+                reference_label: String::new(),
+                points: Vec::new(),
+            },
+        ];
+        let files =
+            intervals(&dir.stem("fig"), "Fig. 7: ours and the paper's", &panels).expect("drawn");
+        assert_eq!(files.len(), 2);
+        check_png(&files[0]);
+        let svg = std::fs::read_to_string(&files[1]).expect("svg");
+        for text in ["10M 100ms 0.5bdp", "paper: 1.6", "harm ratio", "no data"] {
+            assert!(svg.contains(text), "{text} missing from the SVG");
+        }
+        let fig = IntervalFigure {
+            title: "",
+            panels: &panels,
+        };
+        assert_eq!(
+            fig.size(),
+            (INTERVAL_MIN_W, 2 * (PANEL_H + X_AXIS_H) + TITLE_H),
+            "three categories fit the least width"
+        );
+    }
 
     fn check_png(path: &Path) {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

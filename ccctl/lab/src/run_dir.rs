@@ -35,7 +35,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::{Calibration, SummaryRow};
-use crate::exec::{FlowRecord, JobRecord, PathUsage};
+use crate::exec::{FlowRecord, JobRecord, PathUsage, PingSample};
 use crate::iperf::FlowResult;
 use crate::plan::Job;
 use crate::testbed::QdiscStats;
@@ -358,6 +358,9 @@ pub struct RunRecord {
     /// the `format` field).
     #[serde(default)]
     pub path: Option<PathUsage>,
+    /// The ping prober's replies (absent before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ping: Vec<PingSample>,
 }
 
 /// One flow of a stored record (its plan is the job's, by position).
@@ -423,6 +426,7 @@ impl RunRecord {
                 .and_then(|p| p.file_name())
                 .map(|f| f.to_string_lossy().into_owned()),
             path: r.path.clone(),
+            ping: r.ping.clone(),
         }
     }
 
@@ -453,6 +457,7 @@ impl RunRecord {
             t0_monotonic_ns: self.t0_monotonic_ns,
             trace: self.trace.as_ref().map(|f| dir.join(TRACES).join(f)),
             path: self.path.clone(),
+            ping: self.ping.clone(),
         }
     }
 }
@@ -464,7 +469,16 @@ trait Cell: Sized {
     const TYPE: &'static str;
     fn column(name: &str, values: Vec<Self>) -> Column;
     fn read(c: &Column) -> Result<Vec<Self>, String>;
+    /// `n` empty cells, for a column a file predates; none for a type
+    /// without an empty value.
+    fn absent(_n: usize) -> Option<Vec<Self>> {
+        None
+    }
 }
+
+/// Columns added to `summary.parquet` after files of the same format were
+/// written: a file without one reads as empty there.
+const LATER_COLUMNS: &[&str] = &["ping_rtt_ms"];
 
 fn series(c: &Column) -> &Series {
     c.as_materialized_series()
@@ -482,6 +496,9 @@ macro_rules! cells {
                     .$get()
                     .map_err(|_| format!("is {}, not {}", c.dtype(), Self::TYPE))?;
                 Ok((0..ca.len()).map(|i| ca.get(i).map($own)).collect())
+            }
+            fn absent(n: usize) -> Option<Vec<Self>> {
+                Some(vec![None; n])
             }
         }
         impl Cell for $ty {
@@ -550,8 +567,15 @@ macro_rules! summary_columns {
                             column,
                             message,
                         };
-                        let c = df.column(column).map_err(|_| bad("missing".into()))?;
-                        <$ty as Cell>::read(c).map_err(bad)?
+                        match df.column(column) {
+                            Ok(c) => <$ty as Cell>::read(c).map_err(bad)?,
+                            // A column added after files were written: read
+                            // as empty where the type allows it.
+                            Err(_) if LATER_COLUMNS.contains(&column) => {
+                                <$ty as Cell>::absent(df.height()).ok_or_else(|| bad("missing".into()))?
+                            }
+                            Err(_) => return Err(bad("missing".into())),
+                        }
                     };
                     let mut $name = $name.into_iter();
                 )*
@@ -600,6 +624,7 @@ summary_columns! {
     m_h_rtt: Option<f64> = |r| r.m_h_rtt;
     jain_index: Option<f64> = |r| r.jain_index;
     utilization: Option<f64> = |r| r.utilization;
+    ping_rtt_ms: Option<f64> = |r| r.ping_rtt_ms;
     bottleneck_drops: Option<u64> = |r| r.bottleneck_drops;
     reference_bps: Option<f64> = |r| r.reference_bps;
     testbed_limited: bool = |r| r.testbed_limited;
@@ -754,6 +779,7 @@ pub(crate) mod tests {
             m_h_rtt: None,
             jain_index: None,
             utilization: None,
+            ping_rtt_ms: None,
             bottleneck_drops: None,
             reference_bps: None,
             testbed_limited: false,
@@ -893,6 +919,13 @@ pub(crate) mod tests {
             .map(|n| n.to_string())
             .collect();
         assert_eq!(names, SUMMARY_COLUMNS);
+        // A file from before the ping prober (no ping_rtt_ms) reads, empty there.
+        let mut cols = SummaryRecord::columns(&rows);
+        cols.retain(|c| c.name().as_str() != "ping_rtt_ms");
+        write_parquet(&dir.join(SUMMARY), cols).expect("write");
+        let old = read_summary(&dir).expect("a file without ping_rtt_ms reads");
+        assert!(old.iter().all(|r| r.ping_rtt_ms.is_none()));
+        assert_eq!(old.len(), rows.len());
         // A column missing, and one of another type: named.
         let mut cols = SummaryRecord::columns(&rows);
         cols.retain(|c| c.name().as_str() != "cc");
@@ -969,6 +1002,7 @@ pub(crate) mod tests {
                         t0_monotonic_ns: 0,
                         trace: None,
                         path: None,
+                        ping: Vec::new(),
                     }
                 })
                 .collect();

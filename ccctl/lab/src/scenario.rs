@@ -23,7 +23,8 @@
 //! flows = ["cubic:1, reno:1", "bbr:1, cubic:1"]   # match-ups, each run on every link
 //! ```
 //!
-//! `baselines = false` skips the solo and same-algorithm runs that harm needs.
+//! `baselines = false` skips the solo and same-algorithm runs that harm needs;
+//! `baselines_for = ["cubic", "reno"]` keeps them for those algorithms only.
 use std::{collections::BTreeSet, fmt, time::Duration};
 
 use serde::{de, Deserialize, Deserializer, Serialize};
@@ -71,6 +72,12 @@ pub struct Scenario {
     /// so harm (Ware; harm-vs-fairness eq. 2) can be computed.
     #[serde(default = "yes")]
     pub baselines: bool,
+    /// Only these algorithms get baseline runs (each flow of theirs alone,
+    /// and their same-algorithm runs); empty: every algorithm. For a harm
+    /// study that reads only the harmed flows (harm-vs-fairness's β), this
+    /// leaves out runs no number uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baselines_for: Vec<String>,
     /// `kernel = "6.1"`: run in the VM on Debian's 6.1 kernel (the
     /// pre-6.10 `cong_control` ABI). Left out: on this kernel, with the
     /// userspace path emulator.
@@ -613,6 +620,29 @@ impl Scenario {
         }
         if self.flows.is_empty() && self.sweep.flows.is_empty() {
             return Err(bad("flows", "name at least one flow, e.g. \"cubic:1\""));
+        }
+        if !self.baselines_for.is_empty() {
+            if !self.baselines {
+                return Err(bad(
+                    "baselines_for",
+                    "names algorithms to run baselines for, but `baselines = false` runs none",
+                ));
+            }
+            let named = self.algorithms();
+            if let Some((i, cc)) = self
+                .baselines_for
+                .iter()
+                .enumerate()
+                .find(|(_, cc)| !named.contains(*cc))
+            {
+                return Err(bad(
+                    format!("baselines_for[{i}]"),
+                    format!(
+                        "`{cc}` runs in no match-up; the scenario's algorithms: {}",
+                        named.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
         }
         if let Some(m) = self.sweep.flows.iter().position(Vec::is_empty) {
             return Err(bad(

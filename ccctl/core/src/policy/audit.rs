@@ -294,6 +294,8 @@ mod tests {
                 hold_s: 3.0,
                 interval_s: 1.0,
                 min_flows: 1,
+                baseline_s: Some(30.0),
+                max_control_harm: Some(0.3),
             },
             held_s: 3.2,
             breaches: vec![Breach::RetransRatio {
@@ -306,6 +308,19 @@ mod tests {
             retrans_ratio: 7.5,
             goodput_ratio: 2.0,
             control_harm: None,
+            baseline: Some(crate::policy::judge::Baseline {
+                intervals: 30,
+                secs: 30.0,
+                flows: 4.0,
+                total_goodput_bps: 9.6e7,
+                goodput_bps: 2.4e7,
+                rtt_ms: 12.0,
+                retrans_ratio: 0.001,
+            }),
+            baseline_harm: Some(crate::policy::judge::BaselineHarm {
+                goodput_harm: 0.2,
+                rtt_harm: 0.1,
+            }),
         });
         append(&path, &rec).expect("append");
         append(&path, &Record::now(Action::Clear, "second")).expect("append");

@@ -569,7 +569,7 @@ mod modest {
         // W_min 0.25: a search ends at most at (1 + W_min) / 2 = 0.625 of
         // the window in force, so a flow that keeps its searched window
         // stays well under the 90 % asked below whatever the loss timing
-        // (at the default 0.75, 0.875: such a design reached 0.65-0.82 of
+        // (at the default 0.75, 0.875: such a design reached 0.70-0.85 of
         // the link in 5 runs, too close to 0.9 to be sure to fail).
         const W_MIN: &str = "0.25";
         use crate::common::{ccctl, flows, Clean};

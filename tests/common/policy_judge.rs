@@ -206,6 +206,43 @@ fn state(rule: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A daemon with two canary rules on the sender's namespace, both 50 % with
+/// Cubic as the control and the same judge (`thresholds`, then hold 3 s,
+/// interval 1 s, at least 2 connections a group): "harmful" (`bpf-bbr`
+/// with cwnd_gain 3) on remote port `ports.0`, "harmless" (Reno) on
+/// `ports.1`. `extra`: more of the daemon's config. Returns once the
+/// harmless rule is in `state` (the daemon applied them).
+fn harmful_and_harmless_daemon(
+    tb: &Testbed,
+    dir: &Path,
+    audit_path: &Path,
+    (bad_port, good_port): (u16, u16),
+    extra: &str,
+    thresholds: &str,
+    state_after_apply: &str,
+) -> Spawned {
+    let judge =
+        format!("[rule.judge]\n{thresholds}hold = \"3s\"\ninterval = \"1s\"\nmin_flows = 2\n");
+    let cfg = format!(
+        "on_exit = \"unload\"\naudit = \"{audit}\"\n{extra}\n\
+         [[rule]]\nname = \"harmful\"\nmatch = {{ remote_port = {bad_port}, netns = \"{ns}\" }}\n\
+         algorithm = \"bpf-bbr\"\nparams = {{ cwnd_gain = 3.0 }}\nshare = 0.5\ncontrol = \"cubic\"\n{judge}\n\
+         [[rule]]\nname = \"harmless\"\nmatch = {{ remote_port = {good_port}, netns = \"{ns}\" }}\n\
+         algorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n{judge}",
+        audit = audit_path.display(),
+        ns = ns(tb, Role::Sender(0)).display(),
+    );
+    let cfg_path = dir.join("daemon.toml");
+    std::fs::write(&cfg_path, &cfg).expect("config");
+    let daemon = spawn_daemon(&cfg_path, dir);
+    super::lab::wait_for(
+        "the daemon to apply its rules",
+        Duration::from_secs(30),
+        || state("harmless") == state_after_apply,
+    );
+    daemon
+}
+
 /// The harmful canary: ccctl's BBR (`bpf-bbr`, loss-blind) with cwnd_gain 3 beside
 /// Cubic on a 0.25 BDP buffer takes most of the path and retransmits more
 /// than Cubic; the judge (goodput ratio at most 2.5, retransmission ratio
@@ -219,24 +256,14 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
     let audit_path = dir.join("audit.jsonl");
     let (bad_port, good_port) = (tb.alloc_port(), tb.alloc_port());
     let metrics_port = free_port();
-    let sender_ns = ns(&tb, Role::Sender(0));
-    let judge = "[rule.judge]\nmax_rtt_ratio = 2.0\nmax_retrans_ratio = 5.0\nmin_goodput_ratio = 0.2\nmax_goodput_ratio = 2.5\nhold = \"3s\"\ninterval = \"1s\"\nmin_flows = 2\n";
-    let cfg = format!(
-        "on_exit = \"unload\"\naudit = \"{audit}\"\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n\
-         [[rule]]\nname = \"harmful\"\nmatch = {{ remote_port = {bad_port}, netns = \"{ns}\" }}\n\
-         algorithm = \"bpf-bbr\"\nparams = {{ cwnd_gain = 3.0 }}\nshare = 0.5\ncontrol = \"cubic\"\n{judge}\n\
-         [[rule]]\nname = \"harmless\"\nmatch = {{ remote_port = {good_port}, netns = \"{ns}\" }}\n\
-         algorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n{judge}",
-        audit = audit_path.display(),
-        ns = sender_ns.display(),
-    );
-    let cfg_path = dir.join("daemon.toml");
-    std::fs::write(&cfg_path, &cfg).expect("config");
-    let daemon = spawn_daemon(&cfg_path, &dir);
-    super::lab::wait_for(
-        "the daemon to apply its rules",
-        Duration::from_secs(30),
-        || state("harmless") == "canary",
+    let daemon = harmful_and_harmless_daemon(
+        &tb,
+        &dir,
+        &audit_path,
+        (bad_port, good_port),
+        &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+        "max_rtt_ratio = 2.0\nmax_retrans_ratio = 5.0\nmin_goodput_ratio = 0.2\nmax_goodput_ratio = 2.5\n",
+        "canary",
     );
     let window = Duration::from_secs(15);
 
@@ -403,24 +430,14 @@ pub fn judge_holds_the_control_harm_against_its_baseline() {
     let dir = tempdir("policy-baseline");
     let audit_path = dir.join("audit.jsonl");
     let (bad_port, good_port) = (tb.alloc_port(), tb.alloc_port());
-    let sender_ns = ns(&tb, Role::Sender(0));
-    let judge = "[rule.judge]\nbaseline = \"4s\"\nmax_control_harm = 0.3\nmax_rtt_ratio = 100.0\nmax_retrans_ratio = 1000.0\nmin_goodput_ratio = 0.01\nhold = \"3s\"\ninterval = \"1s\"\nmin_flows = 2\n";
-    let cfg = format!(
-        "on_exit = \"unload\"\naudit = \"{audit}\"\n\n\
-         [[rule]]\nname = \"harmful\"\nmatch = {{ remote_port = {bad_port}, netns = \"{ns}\" }}\n\
-         algorithm = \"bpf-bbr\"\nparams = {{ cwnd_gain = 3.0 }}\nshare = 0.5\ncontrol = \"cubic\"\n{judge}\n\
-         [[rule]]\nname = \"harmless\"\nmatch = {{ remote_port = {good_port}, netns = \"{ns}\" }}\n\
-         algorithm = \"reno\"\nshare = 0.5\ncontrol = \"cubic\"\n{judge}",
-        audit = audit_path.display(),
-        ns = sender_ns.display(),
-    );
-    let cfg_path = dir.join("daemon.toml");
-    std::fs::write(&cfg_path, &cfg).expect("config");
-    let daemon = spawn_daemon(&cfg_path, &dir);
-    super::lab::wait_for(
-        "the daemon to apply its rules",
-        Duration::from_secs(30),
-        || state("harmless") == "baseline",
+    let daemon = harmful_and_harmless_daemon(
+        &tb,
+        &dir,
+        &audit_path,
+        (bad_port, good_port),
+        "",
+        "baseline = \"4s\"\nmax_control_harm = 0.3\nmax_rtt_ratio = 100.0\nmax_retrans_ratio = 1000.0\nmin_goodput_ratio = 0.01\n",
+        "baseline",
     );
     let window = Duration::from_secs(15);
 

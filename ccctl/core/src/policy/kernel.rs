@@ -841,20 +841,8 @@ pub fn rollback(name: &str, why: &str) -> Result<RollbackReport> {
     pins::check_pin_tree()?;
     let _signals = ccctl_sys::signals::Deferred::new();
     let _lock = policy_lock()?;
-    let mut doc = current()?.ok_or_else(|| {
-        Error::Refused(format!("cannot roll back `{name}`: no policy is applied"))
-    })?;
-    let known: Vec<String> = doc.rules.iter().map(|r| r.rule.name.clone()).collect();
-    let r = doc
-        .rules
-        .iter_mut()
-        .find(|r| r.rule.name == name)
-        .ok_or_else(|| {
-            Error::Refused(format!(
-                "cannot roll back `{name}`: no rule of that name; the policy has: {}",
-                known.join(", ")
-            ))
-        })?;
+    let mut doc = applied_or_refuse(&format!("roll back `{name}`"))?;
+    let r = rule_or_refuse(&mut doc, name, &format!("roll back `{name}`"))?;
     let rule = r.rule.clone();
     if r.state != RuleState::RolledBack {
         r.state = RuleState::RolledBack;
@@ -885,6 +873,26 @@ pub fn rollback(name: &str, why: &str) -> Result<RollbackReport> {
     })
 }
 
+/// The policy in force, or "cannot {what}: no policy is applied".
+fn applied_or_refuse(what: &str) -> Result<Applied> {
+    current()?.ok_or_else(|| Error::Refused(format!("cannot {what}: no policy is applied")))
+}
+
+/// The rule of that name, or "cannot {what}: no rule of that name; the
+/// policy has: ...".
+fn rule_or_refuse<'a>(doc: &'a mut Applied, name: &str, what: &str) -> Result<&'a mut AppliedRule> {
+    let known: Vec<String> = doc.rules.iter().map(|r| r.rule.name.clone()).collect();
+    doc.rules
+        .iter_mut()
+        .find(|r| r.rule.name == name)
+        .ok_or_else(|| {
+            Error::Refused(format!(
+                "cannot {what}: no rule of that name; the policy has: {}",
+                known.join(", ")
+            ))
+        })
+}
+
 /// Ends rule `name`'s baseline: keeps `baseline` in the applied policy and
 /// starts its canary (new connections split by the share from now on).
 /// Refused unless the rule is measuring its baseline.
@@ -893,20 +901,9 @@ pub fn start_canary(name: &str, baseline: super::judge::Baseline, why: &str) -> 
     pins::check_pin_tree()?;
     let _signals = ccctl_sys::signals::Deferred::new();
     let _lock = policy_lock()?;
-    let mut doc = current()?.ok_or_else(|| {
-        Error::Refused(format!(
-            "cannot start the canary of `{name}`: no policy is applied"
-        ))
-    })?;
-    let r = doc
-        .rules
-        .iter_mut()
-        .find(|r| r.rule.name == name)
-        .ok_or_else(|| {
-            Error::Refused(format!(
-                "cannot start the canary of `{name}`: no rule of that name"
-            ))
-        })?;
+    let what = format!("start the canary of `{name}`");
+    let mut doc = applied_or_refuse(&what)?;
+    let r = rule_or_refuse(&mut doc, name, &what)?;
     if r.state != RuleState::Baseline {
         return Err(Error::Refused(format!(
             "cannot start the canary of `{name}`: it is not measuring a baseline"

@@ -206,6 +206,19 @@ fn state(rule: &str) -> String {
         .unwrap_or_default()
 }
 
+/// How long after now the rule was seen rolled back (polled every 250 ms),
+/// or None if it was not within `limit`.
+fn rolled_back_within(rule: &str, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if state(rule) == "rolled_back" {
+            return Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    None
+}
+
 /// A daemon with two canary rules on the sender's namespace, both 50 % with
 /// Cubic as the control and the same judge (`thresholds`, then hold 3 s,
 /// interval 1 s, at least 2 connections a group): "harmful" (`bpf-bbr`
@@ -271,15 +284,7 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
     let sink = Sink::start(&tb, bad_port);
     let ports = split_ports(tb.sender_addr(0), sink.addr, 42000, 4);
     let bulk = Bulk::start(connect_ports(&tb, sink.addr, &ports));
-    let started = Instant::now();
-    let mut rolled_after = None;
-    while started.elapsed() < window + Duration::from_secs(5) {
-        if state("harmful") == "rolled_back" {
-            rolled_after = Some(started.elapsed());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let rolled_after = rolled_back_within("harmful", window + Duration::from_secs(5));
     let socks = sockets_to(&tb, 0, Some(bad_port), 8);
     let after = by_cc(&socks);
     let m = scrape(metrics_port);
@@ -473,15 +478,7 @@ pub fn judge_holds_the_control_harm_against_its_baseline() {
     );
     assert_eq!(counts.get("cubic"), Some(&4), "{counts:?}");
     assert_eq!(counts.get("bpf_bbr_p1"), Some(&4), "{counts:?}");
-    let started = Instant::now();
-    let mut rolled_after = None;
-    while started.elapsed() < window + Duration::from_secs(5) {
-        if state("harmful") == "rolled_back" {
-            rolled_after = Some(started.elapsed());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let rolled_after = rolled_back_within("harmful", window + Duration::from_secs(5));
     canary.stop();
     control.stop();
     drop(sink);

@@ -219,6 +219,18 @@ fn rolled_back_within(rule: &str, limit: Duration) -> Option<Duration> {
     None
 }
 
+/// The audit log's one automatic rollback (fails unless there is exactly
+/// one), its reason printed.
+fn the_auto_rollback(recs: &[audit::Record]) -> &audit::Record {
+    let auto: Vec<_> = recs
+        .iter()
+        .filter(|r| r.action == Action::AutoRollback)
+        .collect();
+    assert_eq!(auto.len(), 1, "{recs:?}");
+    println!("decided: {}", auto[0].why);
+    auto[0]
+}
+
 /// A daemon with two canary rules on the sender's namespace, both 50 % with
 /// Cubic as the control and the same judge (`thresholds`, then hold 3 s,
 /// interval 1 s, at least 2 connections a group): "harmful" (`bpf-bbr`
@@ -329,14 +341,9 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
     assert_eq!(recs[0].action, Action::Apply, "{recs:?}");
     assert_eq!(recs[0].rules.len(), 2);
     assert_eq!(recs[0].rules[0].kernel_name, "bpf_bbr_p1");
-    let auto: Vec<_> = recs
-        .iter()
-        .filter(|r| r.action == Action::AutoRollback)
-        .collect();
-    assert_eq!(auto.len(), 1, "{recs:?}");
-    assert_eq!(auto[0].rules[0].name, "harmful");
-    let d = auto[0].decision.as_ref().expect("the numbers that decided");
-    println!("decided: {}", auto[0].why);
+    let auto = the_auto_rollback(&recs);
+    assert_eq!(auto.rules[0].name, "harmful");
+    let d = auto.decision.as_ref().expect("the numbers that decided");
     println!(
         "ratios: retransmission {:.2}, RTT {:.2}, goodput {:.2}",
         d.retrans_ratio, d.rtt_ratio, d.goodput_ratio
@@ -353,8 +360,8 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
             _ => panic!("a harmful canary breaches by retransmissions or by its share: {b:?}"),
         }
     }
-    assert_eq!(auto[0].outcome["moved"], 4, "{:?}", auto[0].outcome);
-    assert!(auto[0].why.contains("canary judge"), "{}", auto[0].why);
+    assert_eq!(auto.outcome["moved"], 4, "{:?}", auto.outcome);
+    assert!(auto.why.contains("canary judge"), "{}", auto.why);
 
     // 2. Harmless: the same split, judge and window; stays a canary.
     let sink = Sink::start(&tb, good_port);
@@ -503,13 +510,8 @@ pub fn judge_holds_the_control_harm_against_its_baseline() {
         "{:?}",
         start.outcome
     );
-    let auto: Vec<_> = recs
-        .iter()
-        .filter(|r| r.action == Action::AutoRollback)
-        .collect();
-    assert_eq!(auto.len(), 1, "{recs:?}");
-    let d = auto[0].decision.as_ref().expect("the numbers that decided");
-    println!("decided: {}", auto[0].why);
+    let auto = the_auto_rollback(&recs);
+    let d = auto.decision.as_ref().expect("the numbers that decided");
     let b = d.baseline.expect("the baseline in the decision");
     let h = d.baseline_harm.expect("the harm against it");
     assert!(
@@ -531,11 +533,7 @@ pub fn judge_holds_the_control_harm_against_its_baseline() {
         (h.goodput_harm - (1.0 - d.control.goodput_bps / expected)).abs() < 1e-9,
         "{h:?}"
     );
-    assert!(
-        auto[0].why.contains("against its baseline"),
-        "{}",
-        auto[0].why
-    );
+    assert!(auto.why.contains("against its baseline"), "{}", auto.why);
 
     // 2. Harmless.
     let (sink, control, canary, took, counts) = run(good_port, 45000);
@@ -821,13 +819,8 @@ pub fn judge_takes_the_connections_of_child_cgroups() {
         "the canary's live connections moved to the control: {after:?}"
     );
     let recs = audit::read(&audit_path).expect("the audit log");
-    let auto: Vec<_> = recs
-        .iter()
-        .filter(|r| r.action == Action::AutoRollback)
-        .collect();
-    assert_eq!(auto.len(), 1, "{recs:?}");
-    let d = auto[0].decision.as_ref().expect("the numbers that decided");
-    println!("decided: {}", auto[0].why);
+    let auto = the_auto_rollback(&recs);
+    let d = auto.decision.as_ref().expect("the numbers that decided");
     assert_eq!(
         (d.canary.flows, d.control.flows),
         (2, 2),
@@ -839,7 +832,7 @@ pub fn judge_takes_the_connections_of_child_cgroups() {
             .any(|b| matches!(b, Breach::GoodputRatio { measured, .. } if *measured < 0.5)),
         "an idle canary breaches by goodput: {d:?}"
     );
-    assert_eq!(auto[0].outcome["moved"], 2, "{:?}", auto[0].outcome);
+    assert_eq!(auto.outcome["moved"], 2, "{:?}", auto.outcome);
     drop(client);
     drop(sink);
     ccctl_sys::signals::kill(daemon.id(), rustix::process::Signal::TERM);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::proc;
@@ -48,23 +48,17 @@ pub struct ReproduceArgs {
     pub docs: bool,
 }
 
+/// A line of `reproduction plan` (ccctl-lab's `reproduce::Planned`).
 #[derive(serde::Deserialize)]
 struct Planned {
     name: String,
     file: PathBuf,
+    complete: bool,
 }
 
 fn utc_stamp() -> Result<String> {
     let out = proc::capture(Command::new("date").args(["-u", "+%Y%m%dT%H%M%SZ"]))?;
     Ok(out.trim().to_string())
-}
-
-fn complete(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("metadata.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .is_some_and(|m| m["status"] == "complete")
-        && dir.join("summary.parquet").exists()
 }
 
 /// `ccctl lab check`'s "about N s of testbed time".
@@ -112,24 +106,9 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     if args.report_only {
         let code = report(&tool, &out)?;
         if args.docs {
-            write_docs(&root, &out)?;
+            write_docs(&tool, &root, &out)?;
         }
         return Ok(code);
-    }
-
-    // suite.json: the mode and the parts run into this directory.
-    let suite_path = out.join("suite.json");
-    let mut suite: serde_json::Value = std::fs::read_to_string(&suite_path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_else(|| serde_json::json!({ "quick": args.quick, "parts": [] }));
-    if suite["quick"].as_bool() != Some(args.quick) {
-        bail!(
-            "{} holds a {} reproduction; run with{} --quick or use another --out",
-            out.display(),
-            if args.quick { "full" } else { "--quick" },
-            if args.quick { "out" } else { "" }
-        );
     }
 
     let mut plan_cmd = Command::new(&tool);
@@ -142,6 +121,8 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     if args.quick {
         plan_cmd.arg("--quick");
     }
+    // `plan` also starts suite.json (the mode and the scenario runs made
+    // into this directory), or refuses a directory of the other mode.
     let planned: Vec<Planned> = proc::capture(&mut plan_cmd)?
         .lines()
         .map(serde_json::from_str)
@@ -151,7 +132,7 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     let mut todo = Vec::new();
     for p in planned {
         let dir = out.join(&p.name);
-        if complete(&dir) {
+        if p.complete {
             println!(
                 "reproduce: {} already complete in {}, kept",
                 p.name,
@@ -226,15 +207,16 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
             );
             failed.push(p.name.clone());
         }
-        if let Some(parts) = suite["parts"].as_array_mut() {
-            parts.push(serde_json::json!({
-                "scenario": p.name,
-                "file": p.file,
-                "wall_secs": took,
-                "ok": !failed.contains(&p.name),
-            }));
+        let mut part = Command::new(&tool);
+        part.args(["part", "--out"])
+            .arg(&out)
+            .args(["--scenario", &p.name, "--file"])
+            .arg(&p.file)
+            .args(["--wall-secs", &format!("{took:.1}")]);
+        if failed.contains(&p.name) {
+            part.arg("--failed");
         }
-        std::fs::write(&suite_path, serde_json::to_string_pretty(&suite)? + "\n")?;
+        proc::capture(&mut part)?;
     }
     if total > 0 {
         println!(
@@ -243,10 +225,9 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
             mins(started.elapsed().as_secs_f64())
         );
     }
-    std::fs::write(&suite_path, serde_json::to_string_pretty(&suite)? + "\n")?;
     let code = report(&tool, &out)?;
     if args.docs {
-        write_docs(&root, &out)?;
+        write_docs(&tool, &root, &out)?;
     }
     if !failed.is_empty() {
         eprintln!("reproduce: failed: {}", failed.join(", "));
@@ -261,133 +242,18 @@ fn report(tool: &Path, out: &Path) -> Result<i32> {
     Ok(0)
 }
 
-/// docs/reproduction.md from `out`'s REPORT.md: a header saying when, from
-/// which commits, with which command and how long each scenario took (from
-/// each scenario's metadata.json and suite.json), then the report as the
-/// command wrote it, its plots copied to docs/reproduction/ and linked
-/// there. Nothing in it is typed by hand; the reading of the numbers goes
-/// to docs/notebook/.
-fn write_docs(root: &Path, out: &Path) -> Result<()> {
-    let report = std::fs::read_to_string(out.join("REPORT.md"))
-        .with_context(|| format!("reading {}", out.join("REPORT.md").display()))?;
-    let suite: serde_json::Value = std::fs::read_to_string(out.join("suite.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(serde_json::Value::Null);
-    let plots_dir = root.join("docs/reproduction");
-    std::fs::create_dir_all(&plots_dir)
-        .with_context(|| format!("creating {}", plots_dir.display()))?;
-    let mut commits = std::collections::BTreeSet::new();
-    let mut started = f64::INFINITY;
-    let mut finished: f64 = 0.0;
-    let mut body = report.clone();
-    // The report's own figures (headline values with intervals, beside the
-    // paper's): out/plots/<stem>.png -> docs/reproduction/<stem>.png.
-    if let Ok(rd) = std::fs::read_dir(out.join("plots")) {
-        for png in rd.flatten() {
-            let file = png.file_name().to_string_lossy().into_owned();
-            if !file.ends_with(".png") {
-                continue;
-            }
-            std::fs::copy(png.path(), plots_dir.join(&file))
-                .with_context(|| format!("copying {}", png.path().display()))?;
-            body = body.replace(
-                &format!("(plots/{file})"),
-                &format!("(reproduction/{file})"),
-            );
-        }
-    }
-    for entry in std::fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
-        let dir = entry?.path();
-        let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
-            continue;
-        };
-        let Ok(meta) = std::fs::read_to_string(dir.join("metadata.json")) else {
-            continue;
-        };
-        let meta: serde_json::Value = serde_json::from_str(&meta)
-            .with_context(|| format!("parsing {}", dir.join("metadata.json").display()))?;
-        if let Some(c) = meta["git_commit"].as_str() {
-            commits.insert(c.to_string());
-        }
-        if let Some(t) = meta["started_unix"].as_f64() {
-            started = started.min(t);
-        }
-        if let Some(t) = meta["finished_unix"].as_f64() {
-            finished = finished.max(t);
-        }
-        let Ok(rd) = std::fs::read_dir(dir.join("plots")) else {
-            continue;
-        };
-        for png in rd.flatten() {
-            let file = png.file_name().to_string_lossy().into_owned();
-            if !file.ends_with(".png") {
-                continue;
-            }
-            let to = format!("{name}-{file}");
-            std::fs::copy(png.path(), plots_dir.join(&to))
-                .with_context(|| format!("copying {}", png.path().display()))?;
-            body = body.replace(
-                &format!("({name}/plots/{file})"),
-                &format!("(reproduction/{to})"),
-            );
-        }
-    }
-    let stamp = |t: f64| -> Result<String> {
-        Ok(proc::capture(Command::new("date").args([
-            "-u",
-            "-d",
-            &format!("@{}", t as i64),
-            "+%Y-%m-%d %H:%M UTC",
-        ]))?
-        .trim()
-        .to_string())
-    };
-    let when = if started.is_finite() && finished > 0.0 {
-        format!("{} to {}", stamp(started)?, stamp(finished)?)
-    } else {
-        "unknown".into()
-    };
-    let parts: Vec<String> = suite["parts"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    format!(
-                        "{} {:.0} s{}",
-                        p["scenario"].as_str().unwrap_or("?"),
-                        p["wall_secs"].as_f64().unwrap_or(0.0),
-                        if p["ok"].as_bool() == Some(false) {
-                            " (failed)"
-                        } else {
-                            ""
-                        }
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mode = if suite["quick"].as_bool() == Some(true) {
-        " --quick"
-    } else {
-        ""
-    };
-    let header = format!(
-        "<!-- Generated by `cargo xtask reproduce --docs`: do not edit; the reading of these numbers \
-         is in docs/notebook/. -->\n\n\
-         Measured {when}, commit(s) {}, with `cargo xtask reproduce{mode} --out {}` (the directory \
-         holds every run: metadata.json, summary.parquet, per-flow samples). Wall time per \
-         scenario run (a scenario resumed later shows each part): {}.\n\n",
-        commits.into_iter().collect::<Vec<_>>().join(", "),
-        out.display(),
-        if parts.is_empty() { "not recorded".to_string() } else { parts.join(", ") },
-    );
-    let text = match body.split_once('\n') {
-        Some((title, rest)) => format!("{title}\n\n{header}{}", rest.trim_start()),
-        None => header + &body,
-    };
-    let path = root.join("docs/reproduction.md");
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    println!("reproduce: wrote {}", path.display());
+/// docs/reproduction.md (and docs/reproduction/'s plots) from `out`'s
+/// REPORT.md, written by `reproduction docs` (ccctl-lab's typed run
+/// directory and suite.json).
+fn write_docs(tool: &Path, root: &Path, out: &Path) -> Result<()> {
+    let written = proc::capture(
+        Command::new(tool)
+            .arg("docs")
+            .arg("--root")
+            .arg(root)
+            .arg("--out")
+            .arg(out),
+    )?;
+    println!("reproduce: wrote {}", written.trim());
     Ok(())
 }

@@ -2,7 +2,9 @@
 //! (research tooling: not part of the `ccctl` users install).
 //!
 //! usage: reproduction plan --seeds DIR --out DIR [--quick] [NAME...]
+//!        reproduction part --out DIR --scenario NAME --file FILE --wall-secs S [--failed]
 //!        reproduction report DIR
+//!        reproduction docs --root DIR --out DIR
 //!        reproduction budget [--seeds DIR] [--quick]
 use std::path::PathBuf;
 
@@ -18,8 +20,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Print the scenarios to run (JSON, one per line); with --quick, write
-    /// the quick variants into OUT.
+    /// Start (or resume) the reproduction in OUT (its suite.json, refused
+    /// when OUT holds the other mode) and print the scenarios to run (JSON,
+    /// one per line, each saying whether OUT already holds it complete);
+    /// with --quick, write the quick variants into OUT.
     Plan {
         /// Directory of the suite's scenario files.
         #[arg(long, default_value = "scenarios/seeds")]
@@ -33,9 +37,30 @@ enum Cmd {
         /// Scenario names (default: the whole suite).
         names: Vec<String>,
     },
+    /// Record one scenario's `ccctl lab run` in OUT/suite.json.
+    Part {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        scenario: String,
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        wall_secs: f64,
+        /// The run did not exit successfully.
+        #[arg(long)]
+        failed: bool,
+    },
     /// Compute every headline from the Parquet files under DIR and write
     /// DIR/REPORT.md and DIR/report.json.
     Report { dir: PathBuf },
+    /// Write ROOT/docs/reproduction.md (and its plots) from OUT's report.
+    Docs {
+        #[arg(long)]
+        root: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Print the suite's budget: runs and testbed time per scenario (as
     /// `ccctl lab check` counts them) and the expected wall time.
     Budget {
@@ -54,6 +79,7 @@ fn main() -> Result<()> {
             out,
             names,
         } => {
+            ccctl_lab::reproduce::begin_suite(&out, quick)?;
             let planned = ccctl_lab::reproduce::plan(&seeds, &names, quick, &out)?;
             for n in &names {
                 if !planned.iter().any(|p| &p.name == n) {
@@ -64,7 +90,26 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&p)?);
             }
         }
+        Cmd::Part {
+            out,
+            scenario,
+            file,
+            wall_secs,
+            failed,
+        } => ccctl_lab::reproduce::record_part(
+            &out,
+            ccctl_lab::reproduce::SuitePart {
+                scenario,
+                file,
+                wall_secs,
+                ok: !failed,
+            },
+        )?,
         Cmd::Report { dir } => print!("{}", ccctl_lab::reproduce::report(&dir)?),
+        Cmd::Docs { root, out } => {
+            let path = ccctl_lab::reproduce::write_docs(&root, &out)?;
+            println!("{}", path.display());
+        }
         Cmd::Budget { seeds, quick } => {
             use ccctl_lab::reproduce as r;
             let lines = r::budget(&seeds, quick)?;

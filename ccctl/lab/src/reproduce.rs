@@ -84,6 +84,12 @@ pub const SUITE: &[SuiteEntry] = &[
             "  \"patched_bbr:5\",\n]\n",
         )),
     },
+    SuiteEntry {
+        // Not in --quick: its four match-ups would take the quick suite past
+        // its 15 minutes, and one repetition says nothing about a 5 % band.
+        name: "patched-no-gate",
+        quick: None,
+    },
 ];
 
 /// Which main runs of which scenarios a value is taken from (several when
@@ -223,6 +229,28 @@ const PATCHED: &[&str] = &["patched-fig10-11"];
 const P_RUNS: Runs = runs(PATCHED, &["patched_bbr"]);
 const B_RUNS: Runs = runs(PATCHED, &["bpf_bbr"]);
 const P5: Runs = runs(PATCHED, &["patched_bbr"; 5]);
+const NO_GATE: &[&str] = &["patched-no-gate"];
+const NG_P: Runs = runs(NO_GATE, &["patched_bbr"]);
+const NG_B: Runs = runs(NO_GATE, &["bpf_bbr"]);
+const NG_P5: Runs = runs(NO_GATE, &["patched_bbr"; 5]);
+const NG_B5: Runs = runs(NO_GATE, &["bpf_bbr"; 5]);
+
+/// The mean RTT of a gated single-flow run (see [`gated`]).
+const fn gated_rtt(runs: Runs, theta: f64) -> Value {
+    Value::Flows {
+        runs,
+        cc: if runs.ccs.is_empty() { "" } else { runs.ccs[0] },
+        select: Select::Theta(theta),
+        column: |r| r.mean_rtt_ms,
+    }
+}
+
+const fn jain(runs: Runs) -> Value {
+    Value::Run {
+        runs,
+        column: |r| r.jain_index,
+    }
+}
 
 const fn mean_rtt(runs: Runs, cc: &'static str) -> Value {
     Value::Flows {
@@ -672,16 +700,160 @@ pub const HEADLINES: &[Headline] = &[
         reproduced: (1.05, INF),
         partly: (1.0, INF),
     },
+    Headline {
+        id: "patched-fig10c-heavy-rtt",
+        seed: "patched-bbr-cloud.txt",
+        figure: "Fig. 10(c), Heavy",
+        claim: "heavy scheduling: patched BBR keeps an average RTT similar to BBR's (issue 26: <= 1.25x)",
+        metric_text: "mean RTT (tcpi_rtt) patched_bbr / bpf_bbr, On 10 / Off 70 ms",
+        paper: 1.0,
+        paper_text: "~1.0 (\"similar average measured RTTs\"); the issue's bound 1.25",
+        metric: Metric::Ratio(gated_rtt(P_RUNS, 0.125), gated_rtt(B_RUNS, 0.125)),
+        reproduced: (0.0, 1.25),
+        partly: (0.0, 1.5),
+    },
+    Headline {
+        id: "patched-nogate-tput",
+        seed: "patched-bbr-cloud.txt",
+        figure: "Sec. VI-B (text)",
+        claim: "without VM scheduling patched BBR performs as BBR: throughput",
+        metric_text: "goodput patched_bbr / bpf_bbr, no gate, paired runs (A B A B)",
+        paper: 1.0,
+        paper_text: "~1.0 (\"performs as well as BBR\"); the issue's band 5 %",
+        metric: Metric::Ratio(goodput(NG_P, "patched_bbr"), goodput(NG_B, "bpf_bbr")),
+        reproduced: (0.95, 1.05),
+        partly: (0.8, 1.25),
+    },
+    Headline {
+        id: "patched-nogate-rtt",
+        seed: "patched-bbr-cloud.txt",
+        figure: "Sec. VI-B (text)",
+        claim: "without VM scheduling patched BBR performs as BBR: measured RTT",
+        metric_text: "mean RTT (tcpi_rtt) patched_bbr / bpf_bbr, no gate, paired runs (A B A B)",
+        paper: 1.0,
+        paper_text: "~1.0 (\"performs as well as BBR\"); the issue's band 5 %",
+        metric: Metric::Ratio(mean_rtt(NG_P, "patched_bbr"), mean_rtt(NG_B, "bpf_bbr")),
+        reproduced: (0.95, 1.05),
+        partly: (0.8, 1.25),
+    },
+    Headline {
+        id: "patched-nogate-jfi",
+        seed: "patched-bbr-cloud.txt",
+        figure: "Fig. 11, Sec. VI-B",
+        claim: "five patched BBR flows share the ungated link fairly (issue 26: >= 0.95)",
+        metric_text: "Jain's index, patched_bbr:5, no gate",
+        paper: 1.0,
+        paper_text: "~1.0 (\"share bandwidth fairly\"); the issue's bound 0.95",
+        metric: Metric::Value(jain(NG_P5)),
+        reproduced: (0.95, 1.0),
+        partly: (0.85, 1.0),
+    },
+    Headline {
+        id: "patched-nogate-jfi-bbr",
+        seed: "patched-bbr-cloud.txt",
+        figure: "Fig. 11's caption (\"as BBR\")",
+        claim: "five bpf_bbr flows in the same run, beside patched BBR's: fairness \"as BBR\"",
+        metric_text: "Jain's index patched_bbr:5 / bpf_bbr:5, same repetition",
+        paper: 1.0,
+        paper_text: "~1.0 (\"maintains fairness between its flows as BBR\")",
+        metric: Metric::Ratio(jain(NG_P5), jain(NG_B5)),
+        reproduced: (0.95, 1.05),
+        partly: (0.85, 1.15),
+    },
 ];
 
-/// `suite.json` of a reproduction directory (written by `cargo xtask
-/// reproduce`): whether it ran `--quick`.
+/// `suite.json` of a reproduction directory: its mode and the scenario
+/// runs made into it ([`Suite`]).
 pub const SUITE_FILE: &str = "suite.json";
 
-#[derive(Debug, Default, serde::Deserialize)]
-struct SuiteFile {
+/// `suite.json`: whether the directory holds a `--quick` reproduction, and
+/// each `ccctl lab run` made into it (a scenario resumed later has one
+/// part per attempt). Written by [`begin_suite`] and [`record_part`], read
+/// by [`report`] and [`write_docs`].
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize)]
+pub struct Suite {
     #[serde(default)]
-    quick: bool,
+    pub quick: bool,
+    #[serde(default)]
+    pub parts: Vec<SuitePart>,
+}
+
+/// One scenario's `ccctl lab run` in a reproduction directory.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct SuitePart {
+    pub scenario: String,
+    /// The scenario file handed to `ccctl lab run`.
+    pub file: PathBuf,
+    pub wall_secs: f64,
+    /// The run exited successfully.
+    pub ok: bool,
+}
+
+impl Suite {
+    /// `out/suite.json`; `None` when there is none yet. A file that does
+    /// not parse is an error (naming it), not an empty suite.
+    pub fn read(out: &Path) -> Result<Option<Suite>, ReproError> {
+        let path = out.join(SUITE_FILE);
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(format!("reading {}", path.display()))(e)),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| ReproError::Data {
+                what: path.display().to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    fn write(&self, out: &Path) -> Result<(), ReproError> {
+        let path = out.join(SUITE_FILE);
+        let text = serde_json::to_string_pretty(self).map_err(|e| ReproError::Data {
+            what: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        fs::write(&path, text + "\n").map_err(io(format!("writing {}", path.display())))
+    }
+}
+
+/// Starts (or resumes) the reproduction in `out`: creates `suite.json` for
+/// the mode, or refuses a directory that holds the other mode.
+pub fn begin_suite(out: &Path, quick: bool) -> Result<Suite, ReproError> {
+    fs::create_dir_all(out).map_err(io(format!("creating {}", out.display())))?;
+    match Suite::read(out)? {
+        Some(s) if s.quick != quick => Err(ReproError::Data {
+            what: out.join(SUITE_FILE).display().to_string(),
+            message: format!(
+                "holds a {} reproduction; run with{} --quick or use another --out",
+                if s.quick { "--quick" } else { "full" },
+                if s.quick { "" } else { "out" }
+            ),
+        }),
+        Some(s) => Ok(s),
+        None => {
+            let s = Suite {
+                quick,
+                parts: Vec::new(),
+            };
+            s.write(out)?;
+            Ok(s)
+        }
+    }
+}
+
+/// Appends one scenario run to `out/suite.json`.
+pub fn record_part(out: &Path, part: SuitePart) -> Result<(), ReproError> {
+    let mut suite = Suite::read(out)?.unwrap_or_default();
+    suite.parts.push(part);
+    suite.write(out)
+}
+
+/// A scenario's directory in a reproduction holds a finished run: its
+/// metadata.json (read as [`Metadata`]) says complete and its
+/// summary.parquet exists.
+pub fn scenario_complete(dir: &Path) -> bool {
+    Metadata::read(dir).is_ok_and(|m| m.is_complete()) && dir.join(run_dir::SUMMARY).exists()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -704,11 +876,13 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ReproError {
     }
 }
 
-/// A scenario to run: its name and the file to hand `ccctl lab run`.
-#[derive(Debug, Serialize)]
+/// A scenario to run: its name, the file to hand `ccctl lab run`, and
+/// whether `out/<name>/` already holds it complete ([`scenario_complete`]).
+#[derive(Debug, Serialize, serde::Deserialize)]
 pub struct Planned {
     pub name: String,
     pub file: PathBuf,
+    pub complete: bool,
 }
 
 /// The scenarios to run, in suite order; with `quick`, each file with its
@@ -735,6 +909,7 @@ pub fn plan(
             planned.push(Planned {
                 name: e.name.into(),
                 file,
+                complete: scenario_complete(&out.join(e.name)),
             });
             continue;
         }
@@ -757,6 +932,7 @@ pub fn plan(
         planned.push(Planned {
             name: e.name.into(),
             file: qfile,
+            complete: scenario_complete(&out.join(e.name)),
         });
     }
     Ok(planned)
@@ -1321,10 +1497,7 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
             },
         );
     }
-    let quick = fs::read_to_string(dir.join(SUITE_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_str::<SuiteFile>(&t).ok())
-        .is_some_and(|s| s.quick);
+    let quick = Suite::read(dir)?.is_some_and(|s| s.quick);
     let measured: Vec<Measured> = HEADLINES.iter().map(|h| measure(&all, h)).collect();
 
     let mut out = String::new();
@@ -1513,9 +1686,215 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
     Ok(out)
 }
 
+/// `docs/reproduction.md` under `root`, from `out`'s REPORT.md: a header
+/// saying when (the scenarios' first start to last finish), from which
+/// commits, with which command and how long each scenario run took (from
+/// each scenario's [`Metadata`] and the [`Suite`]), then the report as
+/// [`report`] wrote it, its plots copied to `docs/reproduction/` and
+/// linked there. Nothing in it is typed by hand; the reading of the
+/// numbers goes to docs/notebook/. Returns the path written.
+pub fn write_docs(root: &Path, out: &Path) -> Result<PathBuf, ReproError> {
+    let report_path = out.join("REPORT.md");
+    let report = fs::read_to_string(&report_path)
+        .map_err(io(format!("reading {}", report_path.display())))?;
+    let suite = Suite::read(out)?.unwrap_or_default();
+    let plots_dir = root.join("docs/reproduction");
+    fs::create_dir_all(&plots_dir).map_err(io(format!("creating {}", plots_dir.display())))?;
+    // The directory is this function's: an earlier report's figures go.
+    for e in fs::read_dir(&plots_dir)
+        .map_err(io(format!("reading {}", plots_dir.display())))?
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().ends_with(".png") {
+            fs::remove_file(e.path()).map_err(io(format!("removing {}", e.path().display())))?;
+        }
+    }
+    let copy = |from: &Path, to: &str| -> Result<(), ReproError> {
+        fs::copy(from, plots_dir.join(to))
+            .map(|_| ())
+            .map_err(io(format!("copying {}", from.display())))
+    };
+    let pngs = |dir: &Path| -> Vec<(PathBuf, String)> {
+        let mut v: Vec<(PathBuf, String)> = fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| (e.path(), e.file_name().to_string_lossy().into_owned()))
+            .filter(|(_, f)| f.ends_with(".png"))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut body = report.clone();
+    // The report's own figures (headline values with intervals, beside the
+    // paper's): out/plots/<stem>.png -> docs/reproduction/<stem>.png.
+    for (path, file) in pngs(&out.join("plots")) {
+        copy(&path, &file)?;
+        body = body.replace(
+            &format!("(plots/{file})"),
+            &format!("(reproduction/{file})"),
+        );
+    }
+    let mut commits = BTreeSet::new();
+    let (mut started, mut finished) = (f64::INFINITY, 0.0f64);
+    for e in SUITE {
+        let dir = out.join(e.name);
+        if !dir.join(run_dir::METADATA).exists() {
+            continue;
+        }
+        let meta = Metadata::read(&dir)?;
+        commits.insert(meta.git_commit.clone());
+        started = started.min(meta.started_unix);
+        if let Some(t) = meta.finished_unix {
+            finished = finished.max(t);
+        }
+        // The scenario's summary figures; its per-run plots (two per run,
+        // hundreds in a full suite) stay in the results directory.
+        for (path, file) in pngs(&dir.join("plots")) {
+            if file.starts_with("run-") {
+                continue;
+            }
+            let to = format!("{}-{file}", e.name);
+            copy(&path, &to)?;
+            body = body.replace(
+                &format!("({}/plots/{file})", e.name),
+                &format!("(reproduction/{to})"),
+            );
+        }
+    }
+    // Links to per-run plots, not copied, are dropped from the lists.
+    body = body
+        .lines()
+        .map(|line| {
+            if !(line.starts_with("- ") && line.contains("/plots/run-")) {
+                return line.to_string();
+            }
+            let Some((head, items)) = line.split_once(": ") else {
+                return line.to_string();
+            };
+            let kept: Vec<&str> = items
+                .split(", ")
+                .filter(|i| !i.contains("/plots/run-"))
+                .collect();
+            format!(
+                "{head}: {}{}(per-run plots: in the results directory)",
+                kept.join(", "),
+                if kept.is_empty() { "" } else { " " }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    let stamp = |t: f64| ccctl_core::units::utc(t.max(0.0) as u64, "-", " ", ":", " UTC");
+    let when = if started.is_finite() && finished > 0.0 {
+        format!("{} to {}", stamp(started), stamp(finished))
+    } else {
+        "unknown".into()
+    };
+    let parts: Vec<String> = suite
+        .parts
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {:.0} s{}",
+                p.scenario,
+                p.wall_secs,
+                if p.ok { "" } else { " (failed)" }
+            )
+        })
+        .collect();
+    let total: f64 = suite.parts.iter().map(|p| p.wall_secs).sum();
+    let header = format!(
+        "<!-- Generated by `cargo xtask reproduce --docs`: do not edit; the reading of these numbers \
+         is in docs/notebook/. -->\n\n\
+         Measured {when}, commit(s) {}, with `cargo xtask reproduce{} --out {}` (the directory \
+         holds every run: metadata.json, summary.parquet, per-flow samples). Wall time per \
+         scenario run (a scenario resumed later shows each part): {}; {:.1} min in all.\n\n",
+        commits.into_iter().collect::<Vec<_>>().join(", "),
+        if suite.quick { " --quick" } else { "" },
+        out.strip_prefix(root).unwrap_or(out).display(),
+        if parts.is_empty() {
+            "not recorded".to_string()
+        } else {
+            parts.join(", ")
+        },
+        total / 60.0,
+    );
+    let text = match body.split_once('\n') {
+        Some((title, rest)) => format!("{title}\n\n{header}{}", rest.trim_start()),
+        None => header + &body,
+    };
+    let path = root.join("docs/reproduction.md");
+    fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ccctl-suite-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn suite_json_keeps_its_mode_and_each_part() {
+        let out = scratch("mode");
+        assert!(Suite::read(&out).unwrap().is_none());
+        let s = begin_suite(&out, true).unwrap();
+        assert!(s.quick && s.parts.is_empty());
+        let part = SuitePart {
+            scenario: "modest-bbr".into(),
+            file: out.join("modest-bbr.quick.toml"),
+            wall_secs: 84.5,
+            ok: false,
+        };
+        record_part(&out, part.clone()).unwrap();
+        // Resuming in the same mode keeps the parts; the other mode is refused
+        // with the file named, and the file is left as it was.
+        let again = begin_suite(&out, true).unwrap();
+        assert_eq!(again.parts, vec![part.clone()]);
+        let before = fs::read_to_string(out.join(SUITE_FILE)).unwrap();
+        let err = begin_suite(&out, false).unwrap_err().to_string();
+        assert!(err.contains(SUITE_FILE) && err.contains("--quick"), "{err}");
+        assert_eq!(fs::read_to_string(out.join(SUITE_FILE)).unwrap(), before);
+        // A file written before the types (the same keys) still reads.
+        fs::write(
+            out.join(SUITE_FILE),
+            r#"{"quick": false, "parts": [{"scenario": "a", "file": "a.toml", "wall_secs": 1.0, "ok": true}]}"#,
+        )
+        .unwrap();
+        assert_eq!(Suite::read(&out).unwrap().unwrap().parts[0].scenario, "a");
+        // One that does not parse is an error naming it, not an empty suite.
+        fs::write(out.join(SUITE_FILE), "{ not json").unwrap();
+        let err = Suite::read(&out).unwrap_err().to_string();
+        assert!(err.contains(SUITE_FILE), "{err}");
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn a_scenario_is_complete_only_with_complete_metadata_and_a_summary() {
+        let dir = scratch("complete");
+        fs::create_dir_all(&dir).unwrap();
+        assert!(!scenario_complete(&dir));
+        let meta = |status: &str| {
+            format!(
+                r#"{{"format": 1, "ccctl_version": "0", "git_commit": "x", "scenario": "s",
+                "ran_on": "host", "kernel": "k", "started_unix": 1.0, "finished_unix": 2.0,
+                "status": "{status}"}}"#
+            )
+        };
+        fs::write(dir.join(run_dir::METADATA), meta("running")).unwrap();
+        fs::write(dir.join(run_dir::SUMMARY), b"").unwrap();
+        assert!(!scenario_complete(&dir), "a running run is not complete");
+        fs::write(dir.join(run_dir::METADATA), meta("complete")).unwrap();
+        assert!(scenario_complete(&dir));
+        fs::remove_file(dir.join(run_dir::SUMMARY)).unwrap();
+        assert!(!scenario_complete(&dir), "no summary.parquet");
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn every_headline_reads_a_suite_scenario_and_bands_nest() {

@@ -235,14 +235,9 @@ const NG_B: Runs = runs(NO_GATE, &["bpf_bbr"]);
 const NG_P5: Runs = runs(NO_GATE, &["patched_bbr"; 5]);
 const NG_B5: Runs = runs(NO_GATE, &["bpf_bbr"; 5]);
 
-/// The mean RTT of a gated single-flow run (see [`gated`]).
+/// The mean RTT of a gated single-flow run (see [`gated_by`]).
 const fn gated_rtt(runs: Runs, theta: f64) -> Value {
-    Value::Flows {
-        runs,
-        cc: if runs.ccs.is_empty() { "" } else { runs.ccs[0] },
-        select: Select::Theta(theta),
-        column: |r| r.mean_rtt_ms,
-    }
+    gated_by(runs, theta, |r| r.mean_rtt_ms)
 }
 
 const fn jain(runs: Runs) -> Value {
@@ -261,14 +256,20 @@ const fn mean_rtt(runs: Runs, cc: &'static str) -> Value {
     }
 }
 
-/// A gated single-flow run: the schedule is told apart by `schedule_theta`.
-const fn gated(runs: Runs, theta: f64) -> Value {
+/// A gated single-flow run's `column`: the schedule is told apart by
+/// `schedule_theta`.
+const fn gated_by(runs: Runs, theta: f64, column: ColumnOf) -> Value {
     Value::Flows {
         runs,
         cc: if runs.ccs.is_empty() { "" } else { runs.ccs[0] },
         select: Select::Theta(theta),
-        column: |r| r.goodput_bps,
+        column,
     }
+}
+
+/// A gated single-flow run's goodput (see [`gated_by`]).
+const fn gated(runs: Runs, theta: f64) -> Value {
+    gated_by(runs, theta, |r| r.goodput_bps)
 }
 
 /// The headline table. Bands per the rule in the module comment.
@@ -426,10 +427,7 @@ pub const HEADLINES: &[Headline] = &[
         metric_text: "Jain's index at 0.5 BDP",
         paper: 0.9,
         paper_text: "< 0.9",
-        metric: Metric::Value(Value::Run {
-            runs: FT_SHALLOW,
-            column: |r| r.jain_index,
-        }),
+        metric: Metric::Value(jain(FT_SHALLOW)),
         reproduced: (0.0, 0.9),
         partly: (0.0, 0.95),
     },
@@ -441,10 +439,7 @@ pub const HEADLINES: &[Headline] = &[
         metric_text: "Jain's index at 2 and 4 BDP",
         paper: 0.8,
         paper_text: "~0.8",
-        metric: Metric::Value(Value::Run {
-            runs: FT_DEEP,
-            column: |r| r.jain_index,
-        }),
+        metric: Metric::Value(jain(FT_DEEP)),
         reproduced: (0.7, 0.9),
         partly: (0.5, 0.95),
     },
@@ -481,10 +476,7 @@ pub const HEADLINES: &[Headline] = &[
         metric_text: "Jain's index, fq_codel, 1 and 4 BDP",
         paper: 1.0,
         paper_text: "~1.0",
-        metric: Metric::Value(Value::Run {
-            runs: FQ,
-            column: |r| r.jain_index,
-        }),
+        metric: Metric::Value(jain(FQ)),
         reproduced: (0.95, 1.0),
         partly: (0.9, 1.0),
     },
@@ -523,10 +515,7 @@ pub const HEADLINES: &[Headline] = &[
         metric_text: "Jain's index, dstar:128",
         paper: 0.9985,
         paper_text: "0.9985",
-        metric: Metric::Value(Value::Run {
-            runs: D128,
-            column: |r| r.jain_index,
-        }),
+        metric: Metric::Value(jain(D128)),
         reproduced: (0.95, 1.0),
         partly: (0.9, 1.0),
     },
@@ -538,10 +527,7 @@ pub const HEADLINES: &[Headline] = &[
         metric_text: "Jain's index, bbr:128",
         paper: 0.9995,
         paper_text: "0.9995",
-        metric: Metric::Value(Value::Run {
-            runs: B128,
-            column: |r| r.jain_index,
-        }),
+        metric: Metric::Value(jain(B128)),
         reproduced: (0.95, 1.0),
         partly: (0.9, 1.0),
     },
@@ -553,10 +539,7 @@ pub const HEADLINES: &[Headline] = &[
         metric_text: "Jain's index, cubic:128",
         paper: 0.6237,
         paper_text: "0.6237",
-        metric: Metric::Value(Value::Run {
-            runs: C128,
-            column: |r| r.jain_index,
-        }),
+        metric: Metric::Value(jain(C128)),
         reproduced: (0.47, 0.77),
         partly: (0.0, 0.95),
     },
@@ -592,10 +575,7 @@ pub const HEADLINES: &[Headline] = &[
         metric_text: "Jain's index, patched_bbr:5",
         paper: 1.0,
         paper_text: "~1.0",
-        metric: Metric::Value(Value::Run {
-            runs: P5,
-            column: |r| r.jain_index,
-        }),
+        metric: Metric::Value(jain(P5)),
         reproduced: (0.95, 1.0),
         partly: (0.85, 1.0),
     },

@@ -1675,7 +1675,7 @@ pub fn report(dir: &Path) -> Result<String, ReproError> {
 /// numbers goes to docs/notebook/. Returns the path written.
 pub fn write_docs(root: &Path, out: &Path) -> Result<PathBuf, ReproError> {
     let report_path = out.join("REPORT.md");
-    let report = fs::read_to_string(&report_path)
+    let mut body = fs::read_to_string(&report_path)
         .map_err(io(format!("reading {}", report_path.display())))?;
     let suite = Suite::read(out)?.unwrap_or_default();
     let plots_dir = root.join("docs/reproduction");
@@ -1705,7 +1705,6 @@ pub fn write_docs(root: &Path, out: &Path) -> Result<PathBuf, ReproError> {
         v.sort();
         v
     };
-    let mut body = report.clone();
     // The report's own figures (headline values with intervals, beside the
     // paper's): out/plots/<stem>.png -> docs/reproduction/<stem>.png.
     for (path, file) in pngs(&out.join("plots")) {

@@ -676,15 +676,21 @@ pub fn theta_behind_gate(gate: Option<(u64, u64)>) -> Pseudocode2 {
     sum
 }
 
-/// Goodput (bit/s) of one untraced flow of `cc` (kernel name; `algo` is
-/// ccctl's, loaded first) behind the gate.
-pub fn goodput_behind_gate(algo: &str, cc: &str, gate: Option<(u64, u64)>, secs: u64) -> f64 {
+/// One untraced flow of `cc` (kernel name; `algo` is ccctl's, loaded
+/// first) behind the gate, at `rate_bps`, 40 ms, 1 BDP.
+pub fn flow_behind_gate(
+    algo: &str,
+    cc: &str,
+    rate_bps: u64,
+    gate: Option<(u64, u64)>,
+    secs: u64,
+) -> iperf::FlowResult {
     ccctl(&["load", algo]).ok();
-    let tb = host_gated(20_000_000, gate);
+    let tb = host_gated(rate_bps, gate);
     let flow = iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))
         .expect("running iperf3");
     let _ = tb.destroy();
-    flow.goodput_bps
+    flow
 }
 
 fn monotonic_ns() -> u64 {

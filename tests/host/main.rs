@@ -1185,22 +1185,44 @@ mod patched_host {
     }
 
     /// Heavy gate (On 10 / Off 70 ms): patched_bbr's goodput against
-    /// bpf_bbr's, both on the same gated path, in the same test.
+    /// bpf_bbr's, both on the same gated path, in the same test, and its
+    /// mean RTT (the sender's, iperf3's) at most 1.25x bpf_bbr's (issue 26:
+    /// the throughput must not come from a standing queue).
     #[test]
     fn patched_beats_bpf_bbr_under_a_heavy_gate() {
         let _clean = Clean::new();
         let heavy = Some((10, 70));
-        let bbr = patched::goodput_behind_gate("bpf-bbr", "bpf_bbr", heavy, 20);
-        let ours = patched::goodput_behind_gate("patched-bbr", "patched_bbr", heavy, 20);
+        let rate = 150_000_000;
+        let bbr = patched::flow_behind_gate("bpf-bbr", "bpf_bbr", rate, heavy, 20);
+        let ours = patched::flow_behind_gate("patched-bbr", "patched_bbr", rate, heavy, 20);
+        let rtt = |f: &ccctl_lab::iperf::FlowResult| {
+            f.mean_rtt_us
+                .expect("iperf3 reported the sender's mean RTT") as f64
+                / 1e3
+        };
         println!(
-            "Heavy gate: patched_bbr {:.2} Mbit/s, bpf_bbr {:.2} Mbit/s, ratio {:.2}",
-            ours / 1e6,
-            bbr / 1e6,
-            ours / bbr.max(1.0)
+            "Heavy gate: patched_bbr {:.2} Mbit/s, RTT {:.1} ms, {} retransmissions; \
+             bpf_bbr {:.2} Mbit/s, RTT {:.1} ms, {} retransmissions; goodput ratio {:.2}, RTT ratio {:.2}",
+            ours.goodput_bps / 1e6,
+            rtt(&ours),
+            ours.retransmits,
+            bbr.goodput_bps / 1e6,
+            rtt(&bbr),
+            bbr.retransmits,
+            ours.goodput_bps / bbr.goodput_bps.max(1.0),
+            rtt(&ours) / rtt(&bbr)
         );
         assert!(
-            ours >= 3.0 * bbr,
-            "patched_bbr {ours:.0} bit/s, bpf_bbr {bbr:.0}"
+            ours.goodput_bps >= 3.0 * bbr.goodput_bps,
+            "patched_bbr {:.0} bit/s, bpf_bbr {:.0}",
+            ours.goodput_bps,
+            bbr.goodput_bps
+        );
+        assert!(
+            rtt(&ours) <= 1.25 * rtt(&bbr),
+            "patched_bbr's mean RTT {:.1} ms, bpf_bbr's {:.1} ms: more than 1.25x",
+            rtt(&ours),
+            rtt(&bbr)
         );
     }
 

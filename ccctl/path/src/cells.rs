@@ -174,6 +174,16 @@ impl TaiClock {
 /// sender gate) and goes no further than the emulator's gate.
 pub const GATE_KICK_ETHERTYPE: u16 = 0x88b5;
 
+/// What the gates of one direction count: packets held back for an Off
+/// window, and packets inside a gate (arrived, not yet released) now and
+/// at most.
+#[derive(Debug, Default)]
+pub struct GateCounters {
+    pub held: AtomicU64,
+    pub queued: AtomicU64,
+    pub max_queued: AtomicU64,
+}
+
 /// Holds packets while its sender's gate is closed, releases them in order
 /// when it opens. One on each direction of a gated sender's link.
 pub struct Gate {
@@ -184,6 +194,7 @@ pub struct Gate {
 /// A gate's ingress: everything but the sender's kick frames.
 pub struct GateIngress {
     tx: mpsc::UnboundedSender<Pkt>,
+    counters: Arc<GateCounters>,
 }
 
 impl Ingress<Pkt> for GateIngress {
@@ -194,7 +205,10 @@ impl Ingress<Pkt> for GateIngress {
         }
         self.tx
             .send(packet)
-            .map_err(|_| CellError::ChannelError("cell closed".into()))
+            .map_err(|_| CellError::ChannelError("cell closed".into()))?;
+        let now = self.counters.queued.fetch_add(1, Ordering::Relaxed) + 1;
+        self.counters.max_queued.fetch_max(now, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -203,21 +217,24 @@ pub struct GateEgress {
     schedule: GateSchedule,
     clock: TaiClock,
     timer: Timer,
-    held: Arc<AtomicU64>,
+    counters: Arc<GateCounters>,
 }
 
 impl Gate {
-    /// `held` counts the packets the gate held back for an Off window.
-    pub fn new(schedule: GateSchedule, held: Arc<AtomicU64>) -> Result<Self, CellError> {
+    /// `counters` are shared by the gates of one direction.
+    pub fn new(schedule: GateSchedule, counters: Arc<GateCounters>) -> Result<Self, CellError> {
         let (tx, rx) = mpsc::unbounded_channel();
         Ok(Gate {
-            ingress: Arc::new(GateIngress { tx }),
+            ingress: Arc::new(GateIngress {
+                tx,
+                counters: counters.clone(),
+            }),
             egress: GateEgress {
                 rx,
                 schedule,
                 clock: TaiClock::now(),
                 timer: Timer::new()?,
-                held,
+                counters,
             },
         })
     }
@@ -227,16 +244,25 @@ impl Gate {
 impl Egress<Pkt> for GateEgress {
     async fn dequeue(&mut self) -> Option<Pkt> {
         let mut p = self.rx.recv().await?;
-        // The packet reached the gate at its logical time, or now if it is
-        // late: the wire cannot carry it before it exists.
-        let at = p.get_timestamp().max(Instant::now());
-        let wait = self.schedule.wait_at(self.clock.tai_ns(at));
+        // Whether the gate was open is decided at the packet's logical
+        // arrival, not when this task gets to it: a burst that arrived
+        // during an On window passes even if the last of it is dequeued
+        // after the window closed (a real link carried it as it came, and
+        // the bottleneck's queue takes or drops it). Deciding at dequeue
+        // time parked the tail of every On burst until the next On: 7,878
+        // packets inside the gate behind a 10/70 ms gate at 150 Mbit/s,
+        // with no drop at the bottleneck and a 2-3 s RTT (2026-11-28).
+        let arrived = p.get_timestamp();
+        let wait = self.schedule.wait_at(self.clock.tai_ns(arrived));
         if !wait.is_zero() {
-            self.held.fetch_add(1, Ordering::Relaxed);
-            let open = at + wait;
-            let _ = self.timer.sleep_until(open).await;
+            self.counters.held.fetch_add(1, Ordering::Relaxed);
+            let open = arrived + wait;
+            if open > Instant::now() {
+                let _ = self.timer.sleep_until(open).await;
+            }
             p.delay_until(open);
         }
+        self.counters.queued.fetch_sub(1, Ordering::Relaxed);
         Some(p)
     }
 }
@@ -394,6 +420,71 @@ mod tests {
         assert_eq!(g.wait_at(79 * ms), Duration::from_millis(1));
         assert_eq!(g.wait_at(80 * ms), Duration::ZERO);
         assert!(g.is_on_at(160 * ms + 5) && !g.is_on_at(175 * ms));
+    }
+
+    /// Whether the gate was open is decided at a packet's arrival: a packet
+    /// that arrived during an On window passes untouched even when it is
+    /// dequeued in the Off window after it (deciding at dequeue time parked
+    /// the tail of every On burst until the next On, 2026-11-28); one that
+    /// arrived during Off leaves at the next open, at once if that is past.
+    #[test]
+    fn gate_decides_at_arrival_not_at_dequeue() {
+        let g = GateSchedule {
+            on: Duration::from_millis(20),
+            off: Duration::from_millis(280),
+        };
+        let cycle_ns = g.cycle().as_nanos() as u64;
+        // Start 100 ms into a cycle: 80 ms after its On window closed,
+        // 200 ms before the next opens.
+        let phase = (clock_ns(libc::CLOCK_TAI) as u64) % cycle_ns;
+        let target = 100_000_000u64;
+        std::thread::sleep(Duration::from_nanos((target + cycle_ns - phase) % cycle_ns));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let counters = Arc::new(GateCounters::default());
+            let mut gate = Gate::new(g, counters.clone()).unwrap();
+            let now = Instant::now();
+            let ms = Duration::from_millis;
+            let pk = |at: Instant| {
+                let mut p = StdPacket::from_raw_buffer(&tcp4([1, 1, 1, 1], 1, [2, 2, 2, 2], 2, 10));
+                p.delay_until(at);
+                p
+            };
+            // Arrived 5 ms into the last On window.
+            let in_on = now - ms(95);
+            // Arrived 50 ms into the previous cycle's Off: its open (the
+            // last On's start) is past.
+            let in_past_off = now - ms(350);
+            gate.ingress.enqueue(pk(in_on)).unwrap();
+            gate.ingress.enqueue(pk(in_past_off)).unwrap();
+            gate.ingress.enqueue(pk(now)).unwrap();
+            assert_eq!(counters.max_queued.load(Ordering::Relaxed), 3);
+
+            let a = gate.egress.dequeue().await.unwrap();
+            assert!(now.elapsed() < ms(40), "held {:?}", now.elapsed());
+            assert_eq!(a.get_timestamp(), in_on, "passed untouched");
+            assert_eq!(counters.held.load(Ordering::Relaxed), 0);
+
+            let b = gate.egress.dequeue().await.unwrap();
+            assert!(now.elapsed() < ms(40), "held {:?}", now.elapsed());
+            let last_open = now - ms(100);
+            let d = b.get_timestamp().max(last_open) - b.get_timestamp().min(last_open);
+            assert!(d < ms(2), "left at its open, {d:?} off");
+            assert_eq!(counters.held.load(Ordering::Relaxed), 1);
+
+            let c = gate.egress.dequeue().await.unwrap();
+            let waited = now.elapsed();
+            assert!(
+                (ms(190)..ms(260)).contains(&waited),
+                "arrived during Off: waits for the next open, 200 ms; {waited:?}"
+            );
+            assert!(c.get_timestamp() >= now + ms(198));
+            assert_eq!(counters.held.load(Ordering::Relaxed), 2);
+            assert_eq!(counters.queued.load(Ordering::Relaxed), 0);
+        });
     }
 
     #[test]

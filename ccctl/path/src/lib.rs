@@ -213,8 +213,13 @@ pub struct PathStats {
     /// Data-path drops after the bottleneck.
     pub random_losses: u64,
     pub listed_losses: u64,
-    /// Packets the sender gates held back for an Off window.
+    /// Packets the sender gates (both directions) held back for an Off
+    /// window.
     pub gate_held: u64,
+    /// The most packets inside the data direction's gates at once, and
+    /// inside the ACK direction's.
+    pub gate_max_data: u64,
+    pub gate_max_acks: u64,
     /// Packets the kernel dropped at the emulator's AF_PACKET sockets
     /// before any cell saw them (the emulator fell behind): losses the
     /// scenario did not ask for. Anything but 0 means the testbed, not
@@ -307,7 +312,8 @@ struct Shared {
     queue: Arc<queue::QueueCounters>,
     loss: Arc<cells::LossCounters>,
     probability: Arc<AtomicU64>,
-    gate_held: Arc<AtomicU64>,
+    gate_data: Arc<cells::GateCounters>,
+    gate_acks: Arc<cells::GateCounters>,
 }
 
 /// A running path; dropping it stops the cells and their threads and
@@ -571,9 +577,11 @@ fn build(
     for (i, s) in spec.senders.iter().enumerate() {
         let mut first = "bottleneck".to_string();
         if let Some(g) = s.gate {
-            let held = shared.gate_held.clone();
-            core.build_cell(format!("gate_up{i}"), move |_| cells::Gate::new(g, held))
-                .map_err(rattan("building a gate"))?;
+            let counters = shared.gate_data.clone();
+            core.build_cell(format!("gate_up{i}"), move |_| {
+                cells::Gate::new(g, counters)
+            })
+            .map_err(rattan("building a gate"))?;
             core.link_cell(format!("gate_up{i}"), first);
             first = format!("gate_up{i}");
         }
@@ -593,9 +601,11 @@ fn build(
             chain.push(format!("ack_delay{i}"));
         }
         if let Some(g) = s.gate {
-            let held = shared.gate_held.clone();
-            core.build_cell(format!("gate_dn{i}"), move |_| cells::Gate::new(g, held))
-                .map_err(rattan("building a gate"))?;
+            let counters = shared.gate_acks.clone();
+            core.build_cell(format!("gate_dn{i}"), move |_| {
+                cells::Gate::new(g, counters)
+            })
+            .map_err(rattan("building a gate"))?;
             chain.push(format!("gate_dn{i}"));
         }
         chain.push(format!("left{i}"));
@@ -659,7 +669,9 @@ impl PathEmulator {
             max_backlog_bytes: r(&q.max_backlog_bytes),
             random_losses: r(&self.shared.loss.random),
             listed_losses: r(&self.shared.loss.listed),
-            gate_held: r(&self.shared.gate_held),
+            gate_held: r(&self.shared.gate_data.held) + r(&self.shared.gate_acks.held),
+            gate_max_data: r(&self.shared.gate_data.max_queued),
+            gate_max_acks: r(&self.shared.gate_acks.max_queued),
             socket_drops: self.socket_drops(),
         }
     }

@@ -14,6 +14,10 @@ use anyhow::{anyhow, Context, Result};
 use ccctl_core::abi::ccctl_event;
 use ccctl_core::trace::sink::{Sink, TraceMeta};
 use polars::prelude::*;
+use polars_parquet::write::{
+    row_group_iter, CompressionOptions, Encoding, StatisticsOptions as PageStatistics, Version,
+    WriteOptions,
+};
 
 use super::columns::{ColumnKinds, Columns};
 use super::ROW_GROUP;
@@ -217,12 +221,49 @@ fn parquet_worker(
         .with_compression(ParquetCompression::Zstd(None))
         .set_parallel(false)
         .batched(&schema)?;
+    // Row groups are encoded here, not by `write_batch`: polars tries a
+    // dictionary on every column (a cardinality estimate, then a hash of
+    // every value), which took a fifth of the writer's time on the trace's
+    // numeric columns, most of which are wide (timestamps, rates, windows).
+    // Dictionaries where the column is one already (enumerations,
+    // addresses) and for the constant `host` string; plain values, then
+    // zstd, elsewhere.
+    let fields = writer.parquet_schema().fields().to_vec();
+    let encodings: polars_buffer::Buffer<Vec<Encoding>> = schema
+        .iter_values()
+        .map(|dtype| match dtype {
+            DataType::Categorical(..) | DataType::Enum(..) | DataType::String => {
+                vec![Encoding::RleDictionary]
+            }
+            _ => vec![Encoding::Plain],
+        })
+        .collect::<Vec<_>>()
+        .into();
+    let options = WriteOptions {
+        statistics: PageStatistics::default(),
+        version: Version::V1,
+        compression: CompressionOptions::Zstd(None),
+        data_page_size: None,
+    };
 
     let mut rows = 0u64;
     let dropped = loop {
         match rx.recv() {
             Ok(Msg::Batch(df)) => {
-                writer.write_batch(&df)?;
+                let mut file_writer = writer
+                    .get_writer()
+                    .lock()
+                    .map_err(|_| anyhow!("the Parquet writer lock is poisoned"))?;
+                for chunk in df.iter_chunks(CompatLevel::newest(), false) {
+                    let n = chunk.len() as u64;
+                    if n == 0 {
+                        continue;
+                    }
+                    file_writer.write(
+                        n,
+                        row_group_iter(chunk, encodings.clone(), fields.clone(), options),
+                    )?;
+                }
                 rows += df.height() as u64;
             }
             Ok(Msg::Finish(dropped)) => break Some(dropped),

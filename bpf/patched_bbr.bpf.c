@@ -200,10 +200,7 @@ struct patched {
 	u64 tracer_seen_ns; /* when the transmit tracer last ran for this socket */
 	u8 acked;           /* an ACK was processed since the previous transmission */
 	u8 tracer_lost;     /* the transmit tracer stopped seeing this flow: Θ = 1 */
-	u8 in_probe_bw;     /* BBR is in PROBE_BW now (set on every mode change) */
-	u8 gap_in_probe_bw; /* ... and was at the previous transmission: the gap
-			     * opened in PROBE_BW, so it is booked */
-	u8 pad[4];
+	u8 pad[6];
 	/* The parameters of the latest ACK's set (copied once per ACK by the
 	 * ACK path), for the hooks and for the transmit tracer, which must not
 	 * take the params map's spin lock itself. */
@@ -388,7 +385,7 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	struct patched *p;
 	u64 depart, gap, quiet, late, rate, stalled = 0, *total;
 	u32 segs, data_segs_out, app_limited, zero = 0;
-	bool idle, counted;
+	bool idle;
 
 	if (!sk)
 		return 0;
@@ -427,17 +424,7 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	app_limited = BPF_CORE_READ(tp, app_limited);
 	idle = app_limited && app_limited != p->app_limited;
 	p->app_limited = app_limited;
-	/*
-	 * Gaps that open outside PROBE_BW are booked neither way (departure
-	 * 7): STARTUP, DRAIN and PROBE_RTT are cwnd-limited by design, and a
-	 * wait for the ACKs of a full window is the path's round trip, not
-	 * Off. Booked, they left Θ ~0.85 in the window PROBE_BW then divided
-	 * by, ungated (btl_bw and the queue up: RTT +8.6 % over bpf_bbr's).
-	 */
-	counted = p->gap_in_probe_bw;
-	p->gap_in_probe_bw = p->in_probe_bw;
-	if (p->last_depart_ns && counted && !idle && !p->tracer_lost &&
-	    depart > p->last_depart_ns) {
+	if (p->last_depart_ns && !idle && !p->tracer_lost && depart > p->last_depart_ns) {
 		gap = depart - p->last_depart_ns;
 		/* Silent until the first ACK processed in the gap, if any. */
 		quiet = p->acked && p->first_ack_ns < depart ?
@@ -535,14 +522,7 @@ static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd
 	return cwnd;
 }
 
-/* Which mode the transmit tracer's next gap opens in. */
-static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to)
-{
-	struct patched *p = patched_of(sk);
-
-	if (p)
-		p->in_probe_bw = to == BBR_PROBE_BW;
-}
+static void bbr_hook_mode_change(struct sock *sk, u8 from, u8 to) {}
 
 /* Patched BBR has no loss state of its own to take back. */
 static void bbr_hook_undo(struct sock *sk) {}

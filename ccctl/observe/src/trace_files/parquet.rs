@@ -217,10 +217,10 @@ fn parquet_worker(
     };
 
     let out = Rc::new(RefCell::new(BufWriter::with_capacity(1 << 20, file)));
-    let mut writer = ParquetWriter::new(SharedFile(out.clone()))
-        .with_compression(ParquetCompression::Zstd(None))
-        .set_parallel(false)
-        .batched(&schema)?;
+    // polars' writer only opens the file (the Parquet schema, the page
+    // version and statistics of the footer) and writes the footer; the
+    // encodings and the compression are the `options` below.
+    let mut writer = ParquetWriter::new(SharedFile(out.clone())).batched(&schema)?;
     // Row groups are encoded here, not by `write_batch`: polars tries a
     // dictionary on every column (a cardinality estimate, then a hash of
     // every value), which took a fifth of the writer's time on the trace's

@@ -663,9 +663,12 @@ pub fn lines() -> Vec<Line> {
 /// tells a filter that is off by 250 ms. A sampler stalled longer fails.
 pub const MAX_DATING_SPAN_S: f64 = 0.040;
 
+/// A line's (earliest, latest) pairs from one run's phases.
+type Bounds = fn(&Phases) -> Vec<(f64, f64)>;
+
 /// Lines whose values the readings bound rather than fix: their spec is
 /// met when a value's bounds meet it (see [`Phases::min_rtt_age_bounds`]).
-fn reading_bounds(name: &str) -> Option<fn(&Phases) -> Vec<(f64, f64)>> {
+fn reading_bounds(name: &str) -> Option<Bounds> {
     match name {
         "PROBE_RTT after min_rtt restamp" => Some(|p| p.min_rtt_age_bounds.clone()),
         _ => None,

@@ -40,6 +40,9 @@ pub struct Pseudocode2 {
     pub theta_updates: usize,
     /// Mean Θ in force over PROBE_BW events after `warmup`.
     pub mean_theta: f64,
+    /// Lowest Θ in force over the first 2 s of PROBE_BW (from its first
+    /// event): what STARTUP's and DRAIN's gaps would leave in Θ's window.
+    pub min_theta_entering_probe_bw: f64,
     /// PROBE_BW events per eq. 38 level: heavy (Θ <= 1/3), medium, little.
     pub levels: [usize; 3],
     /// PROBE_BW events probing up (p > 1) whose pacing gain eq. 37 divided by Θ.
@@ -164,6 +167,8 @@ pub fn pseudocode2_from_trace(
     };
     let floor = |t: f64| t.max(1.0 / 32.0);
     let t_warm = ev[0].ts_ns + warmup.as_nanos() as u64;
+    let first_probe_bw = ev.iter().find(|e| e.probe_bw).map_or(u64::MAX, |e| e.ts_ns);
+    sum.min_theta_entering_probe_bw = f64::INFINITY;
     let mut theta_sum = 0.0;
     let mut theta_n = 0usize;
     for (i, e) in ev.iter().enumerate() {
@@ -207,6 +212,9 @@ pub fn pseudocode2_from_trace(
         if e.ts_ns >= t_warm {
             theta_sum += e.theta;
             theta_n += 1;
+        }
+        if e.ts_ns < first_probe_bw.saturating_add(2_000_000_000) {
+            sum.min_theta_entering_probe_bw = sum.min_theta_entering_probe_bw.min(e.theta);
         }
         // eq. 36
         if e.bw_raw > 0 && sampled_in_probe_bw {

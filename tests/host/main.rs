@@ -676,6 +676,15 @@ mod lab {
         let pid = child.id();
         child.kill().expect("SIGKILL");
         child.wait().expect("wait");
+        // What the run writes for itself is unlinked while in use (ping's
+        // replies), so a SIGKILL leaves no file behind either (read now,
+        // asserted at the end).
+        let ping_files: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+            .expect("temp dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("ccctl-lab-ping-{pid}-")))
+            .collect();
         assert!(
             !namespaces_of(pid).is_empty(),
             "SIGKILL should leave the namespaces (else this test proves nothing)"
@@ -707,6 +716,8 @@ mod lab {
         );
         assert_nothing_left(pid, "bpf_bbr", "bpf-bbr");
         let _ = ccctl(&["status"]);
+        // Asserted last, so that a failure here still leaves the cleanup above done.
+        assert!(ping_files.is_empty(), "left behind: {ping_files:?}");
     }
 
     /// The whole pipeline: calibration, main run, solo and same-cc

@@ -72,17 +72,22 @@ pub fn parse_ping(text: &str, t0_unix: f64) -> Vec<PingSample> {
 }
 
 /// `ping` from the first sender host to the receiver for `secs`, its output
-/// to a file (a pipe would fill and stall it on a long run).
+/// to a file (a pipe would fill and stall it on a long run). The file is
+/// unlinked as soon as ping has it open: its replies are read back through
+/// our own handle, and nothing is left in the temp dir however the run ends
+/// (a SIGKILL of the lab too).
 struct PingProber {
     proc: crate::testbed::NsProcess,
-    out: std::path::PathBuf,
+    replies: std::fs::File,
 }
 
 impl PingProber {
     fn start(tb: &Testbed, job: usize, secs: Duration) -> Option<PingProber> {
         let out =
             std::env::temp_dir().join(format!("ccctl-lab-ping-{}-{job}.txt", std::process::id()));
-        let file = std::fs::File::create(&out)
+        let opened = std::fs::File::create(&out).and_then(|w| Ok((w, std::fs::File::open(&out)?)));
+        let _ = std::fs::remove_file(&out);
+        let (file, replies) = opened
             .map_err(|e| tracing::warn!("no ping prober: {}: {e}", out.display()))
             .ok()?;
         let argv = [
@@ -101,10 +106,9 @@ impl PingProber {
             std::process::Stdio::from(file),
             std::process::Stdio::null(),
         ) {
-            Ok(proc) => Some(PingProber { proc, out }),
+            Ok(proc) => Some(PingProber { proc, replies }),
             Err(e) => {
                 tracing::warn!("no ping prober: {e}");
-                let _ = std::fs::remove_file(&out);
                 None
             }
         }
@@ -113,8 +117,10 @@ impl PingProber {
     /// Stops it (it has normally ended by its deadline) and reads its replies.
     fn finish(mut self, t0_unix: f64) -> Vec<PingSample> {
         self.proc.kill();
-        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
-        let _ = std::fs::remove_file(&self.out);
+        let mut text = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut self.replies, &mut text) {
+            tracing::warn!("reading ping's replies: {e}");
+        }
         parse_ping(&text, t0_unix)
     }
 }

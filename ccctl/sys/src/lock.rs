@@ -106,19 +106,35 @@ impl PidLock {
 mod tests {
     use super::*;
 
-    fn tempdir() -> PathBuf {
+    /// A directory of its own, removed when the test ends (passed or not).
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn join(&self, p: &str) -> PathBuf {
+            self.0.join(p)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tempdir() -> TempDir {
         let d = std::env::temp_dir().join(format!(
             "ccctl-lock-test-{}-{}",
             std::process::id(),
             crate::time::monotonic_ns()
         ));
         std::fs::create_dir_all(&d).expect("temp dir");
-        d
+        TempDir(d)
     }
 
     #[test]
     fn second_holder_is_refused_and_told_the_pid() {
-        let path = tempdir().join("sub/x.lock");
+        let dir = tempdir();
+        let path = dir.join("sub/x.lock");
         let held = PidLock::acquire(&path, Wait::No).expect("first");
         match PidLock::acquire(&path, Wait::No) {
             Err(LockError::Busy { pid, .. }) => assert_eq!(pid, Some(std::process::id())),

@@ -261,6 +261,9 @@ pub fn pseudocode2_from_trace(
             e.theta
         );
     }
+    if !sum.min_theta_entering_probe_bw.is_finite() {
+        sum.min_theta_entering_probe_bw = f64::NAN; // no PROBE_BW event: fails a >= check
+    }
     sum.mean_theta = if theta_n > 0 {
         theta_sum / theta_n as f64
     } else {

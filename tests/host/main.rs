@@ -676,14 +676,15 @@ mod lab {
         let pid = child.id();
         child.kill().expect("SIGKILL");
         child.wait().expect("wait");
-        // What the run writes for itself is unlinked while in use (ping's
-        // replies), so a SIGKILL leaves no file behind either (read now,
-        // asserted at the end).
+        // What the run writes for itself has no name in the temp dir
+        // (ping's replies: an anonymous file), so a SIGKILL leaves no file
+        // behind either: none named ccctl-...-PID-... (read now, asserted
+        // at the end; the old prober left ccctl-lab-ping-PID-0.txt).
         let ping_files: Vec<String> = std::fs::read_dir(std::env::temp_dir())
             .expect("temp dir")
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&format!("ccctl-lab-ping-{pid}-")))
+            .filter(|n| n.starts_with("ccctl-") && n.contains(&format!("-{pid}-")))
             .collect();
         assert!(
             !namespaces_of(pid).is_empty(),

@@ -73,22 +73,19 @@ pub fn parse_ping(text: &str, t0_unix: f64) -> Vec<PingSample> {
 
 /// `ping` from the first sender host to the receiver for `secs`, its output
 /// to a file (a pipe would fill and stall it on a long run). The file is
-/// unlinked as soon as ping has it open: its replies are read back through
-/// our own handle, and nothing is left in the temp dir however the run ends
-/// (a SIGKILL of the lab too).
+/// anonymous (`O_TMPFILE`): its replies are read back through our own
+/// handle, and nothing is left in the temp dir however the run ends (a
+/// SIGKILL of the lab too).
 struct PingProber {
     proc: crate::testbed::NsProcess,
     replies: std::fs::File,
 }
 
 impl PingProber {
-    fn start(tb: &Testbed, job: usize, secs: Duration) -> Option<PingProber> {
-        let out =
-            std::env::temp_dir().join(format!("ccctl-lab-ping-{}-{job}.txt", std::process::id()));
-        let opened = std::fs::File::create(&out).and_then(|w| Ok((w, std::fs::File::open(&out)?)));
-        let _ = std::fs::remove_file(&out);
+    fn start(tb: &Testbed, secs: Duration) -> Option<PingProber> {
+        let opened = tempfile::tempfile().and_then(|r| Ok((r.try_clone()?, r)));
         let (file, replies) = opened
-            .map_err(|e| tracing::warn!("no ping prober: {}: {e}", out.display()))
+            .map_err(|e| tracing::warn!("no ping prober: a file for its replies: {e}"))
             .ok()?;
         let argv = [
             "ping".to_string(),
@@ -117,8 +114,14 @@ impl PingProber {
     /// Stops it (it has normally ended by its deadline) and reads its replies.
     fn finish(mut self, t0_unix: f64) -> Vec<PingSample> {
         self.proc.kill();
+        // ping's writes moved the offset the two handles share.
+        use std::io::{Read, Seek, SeekFrom};
         let mut text = String::new();
-        if let Err(e) = std::io::Read::read_to_string(&mut self.replies, &mut text) {
+        if let Err(e) = self
+            .replies
+            .seek(SeekFrom::Start(0))
+            .and_then(|_| self.replies.read_to_string(&mut text))
+        {
             tracing::warn!("reading ping's replies: {e}");
         }
         parse_ping(&text, t0_unix)
@@ -285,7 +288,7 @@ pub fn run_job(
     let t0_unix = ccctl_core::sys::time::now_unix_f64();
     let t0_monotonic_ns = ccctl_core::sys::time::monotonic_ns();
     let planned = running.expected_runtime();
-    let prober = PingProber::start(&tb, job.id, job.duration);
+    let prober = PingProber::start(&tb, job.duration);
     // (flow index, local port) -> samples; the control connection is dropped later.
     let mut raw: BTreeMap<(usize, u16), Vec<Sample>> = BTreeMap::new();
     let mut sample_failures = 0u64;

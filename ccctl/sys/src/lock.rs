@@ -107,34 +107,17 @@ mod tests {
     use super::*;
 
     /// A directory of its own, removed when the test ends (passed or not).
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn join(&self, p: &str) -> PathBuf {
-            self.0.join(p)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn tempdir() -> TempDir {
-        let d = std::env::temp_dir().join(format!(
-            "ccctl-lock-test-{}-{}",
-            std::process::id(),
-            crate::time::monotonic_ns()
-        ));
-        std::fs::create_dir_all(&d).expect("temp dir");
-        TempDir(d)
+    fn tempdir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("ccctl-lock-test-")
+            .tempdir()
+            .expect("temp dir")
     }
 
     #[test]
     fn second_holder_is_refused_and_told_the_pid() {
         let dir = tempdir();
-        let path = dir.join("sub/x.lock");
+        let path = dir.path().join("sub/x.lock");
         let held = PidLock::acquire(&path, Wait::No).expect("first");
         match PidLock::acquire(&path, Wait::No) {
             Err(LockError::Busy { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
@@ -147,9 +130,9 @@ mod tests {
     #[test]
     fn a_symlink_is_not_followed() {
         let dir = tempdir();
-        let target = dir.join("elsewhere");
+        let target = dir.path().join("elsewhere");
         std::fs::write(&target, "x").expect("write");
-        let link = dir.join("planted.lock");
+        let link = dir.path().join("planted.lock");
         std::os::unix::fs::symlink(&target, &link).expect("symlink");
         let e = PidLock::acquire(&link, Wait::No).expect_err("must refuse a symlink");
         assert!(

@@ -48,9 +48,7 @@ fn state(scratch: &Path) -> State {
 
 pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
     let _clean = Clean::new();
-    let scratch = std::env::temp_dir().join(format!("ccctl-catalogue-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&scratch);
-    fs::create_dir_all(&scratch).expect("scratch dir");
+    let scratch = super::tempdir("catalogue");
     let s = |name: &str| scratch.join(name).to_string_lossy().into_owned();
     fs::write(
         s("unknown-field.toml"),
@@ -501,7 +499,6 @@ pub fn bad_inputs_are_refused_by_name_and_change_nothing() {
             break;
         }
     }
-    let _ = fs::remove_dir_all(&scratch);
     assert!(
         failures.is_empty(),
         "{} of {} entries:\n{}",

@@ -26,7 +26,8 @@ fn trace_during(
     filter: &[&str],
     flows: &[(&Testbed, Vec<FlowSpec>)],
 ) -> (DataFrame, Vec<Vec<FlowResult>>) {
-    let out = tempdir(tag).join("trace.parquet");
+    let out_dir = tempdir(tag);
+    let out = out_dir.join("trace.parquet");
     let mut args = vec!["--algo", "bpf-bbr"];
     args.extend_from_slice(filter);
     let tracer = spawn_trace(&args, &out);

@@ -10,8 +10,9 @@ use polars::prelude::*;
 use super::{ccctl, ccctl_bin, registered, tempdir, Run};
 
 /// Runs `ccctl lab run <args> --out <fresh dir>`; returns the outcome and
-/// the run directory it created (None if it created none).
-pub fn lab_run(tag: &str, args: &[&str]) -> (Run, PathBuf, Option<PathBuf>) {
+/// the run directory it created (None if it created none). The `--out`
+/// directory is removed when the returned guard drops.
+pub fn lab_run(tag: &str, args: &[&str]) -> (Run, ccctl_sys::ScratchDir, Option<PathBuf>) {
     let out = tempdir(&format!("lab-{tag}"));
     let out_s = out.to_string_lossy().into_owned();
     let mut full = vec!["lab", "run"];

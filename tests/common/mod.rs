@@ -264,11 +264,12 @@ pub fn btf_without_struct_ops(dir: &Path) -> PathBuf {
     path
 }
 
-pub fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ccctl-test-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).expect("creating temp dir");
-    d
+/// A fresh directory for one test, removed (with all in it) when the
+/// returned guard drops, also when the test fails: keep the guard bound
+/// for as long as the directory is used (`let dir = tempdir(..)`, never
+/// `tempdir(..).join(..)`). `CCCTL_KEEP_SCRATCH=1` keeps it for a look.
+pub fn tempdir(tag: &str) -> ccctl_sys::ScratchDir {
+    ccctl_sys::scratch_dir(&format!("test-{tag}")).expect("creating temp dir")
 }
 
 /// A process a test started (ccctl trace, lab, daemon): killed with

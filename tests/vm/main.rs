@@ -328,11 +328,8 @@ fn probe_rtt_samples_do_not_become_btl_bw() {
     let rtt = Duration::from_millis(10);
     let secs = 40;
     let tb = testbed(TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500)).with_rtts(&[rtt]));
-    let trace = FlowTrace::start(
-        &tb,
-        "bpf-bbr",
-        &common::tempdir("probe-rtt").join("bbr.parquet"),
-    );
+    let trace_dir = common::tempdir("probe-rtt");
+    let trace = FlowTrace::start(&tb, "bpf-bbr", &trace_dir.join("bbr.parquet"));
     let flow = iperf::run_flow(
         &tb,
         &FlowSpec::new(0, "bpf_bbr", Duration::from_secs(secs)).port(trace.port),
@@ -465,7 +462,8 @@ mod lab {
     fn lab_single_flow_fills_the_link_and_two_cubic_flows_are_fair() {
         require_vm();
         let _clean = Clean::new();
-        let scenario = super::common::tempdir("lab-vm-basic-scenario").join("basic.toml");
+        let scenario_dir = super::common::tempdir("lab-vm-basic-scenario");
+        let scenario = scenario_dir.join("basic.toml");
         std::fs::write(
             &scenario,
             // 2 BDP so one Cubic flow keeps the link full (1 BDP gave 8.78 of 10

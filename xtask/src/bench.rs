@@ -287,10 +287,8 @@ pub fn main(args: BenchArgs) -> Result<i32> {
     )?;
     let run_all = args.which == Which::All;
     if run_all || args.which == Which::Consumer {
-        let out = std::env::temp_dir().join(format!(
-            "ccctl-bench-consumer-{}.parquet",
-            std::process::id()
-        ));
+        let scratch = ccctl_sys::scratch_dir("bench-consumer")?;
+        let out = scratch.join("consumer.parquet");
         println!(
             "consumer: {} synthetic events through decode + Parquet, one core",
             args.events
@@ -343,8 +341,8 @@ pub fn main(args: BenchArgs) -> Result<i32> {
             }
             if run_all || args.which == Which::Trace {
                 println!("trace: bpf_bbr untraced vs traced on every ACK into Parquet");
-                let out = std::env::temp_dir()
-                    .join(format!("ccctl-bench-trace-{}.parquet", std::process::id()));
+                let scratch = ccctl_sys::scratch_dir("bench-trace")?;
+                let out = scratch.join("trace.parquet");
                 let mut reports = Vec::new();
                 let (ra, rb) = compare(&ns, "bpf_bbr", "bpf_bbr+trace", &args, |f| {
                     let tracer = Command::new(&bin)

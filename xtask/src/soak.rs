@@ -500,8 +500,8 @@ fn kill(c: &Ccctl, trials: u32, only: &[Killed]) -> Result<Vec<String>> {
     let algos = c.algorithms()?;
     let default_before = default_cc()?;
     let before = objects()?;
-    let scratch = std::env::temp_dir().join(format!("ccctl-soak-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)?;
+    // Removed when this returns, errors included.
+    let scratch = ccctl_sys::scratch_dir("soak")?;
     let daemon_cfg = scratch.join("daemon.toml");
     std::fs::write(
         &daemon_cfg,
@@ -670,7 +670,6 @@ fn kill(c: &Ccctl, trials: u32, only: &[Killed]) -> Result<Vec<String>> {
             window.as_secs_f64() * 1e3
         );
     }
-    let _ = std::fs::remove_dir_all(&scratch);
     let after = settle_to(&before)?;
     println!("  BPF objects before {before:?}, after {after:?}");
     if after != before {
@@ -773,7 +772,8 @@ fn per_cpu_sum(pin: &str) -> Result<u64> {
 }
 
 fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
-    let scratch = std::env::temp_dir().join(format!("ccctl-soak-daemon-{}", std::process::id()));
+    // Removed when this returns (after the daemon is reaped), errors included.
+    let scratch = ccctl_sys::scratch_dir("soak-daemon")?;
     let traces = scratch.join("traces");
     std::fs::create_dir_all(&traces)?;
     let cfg_path = scratch.join("daemon.toml");
@@ -799,7 +799,7 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
     let pid = daemon.id();
     // Whatever ends this function early (an error, Ctrl-C), the daemon gets
     // SIGTERM (it unloads what it loaded) and the scratch directory goes.
-    let mut daemon = Reap(Some(daemon), scratch.clone());
+    let mut daemon = Reap(Some(daemon));
     let started = Instant::now();
     let total = Duration::from_secs_f64(minutes * 60.0);
     let mut failures = Vec::new();
@@ -936,13 +936,11 @@ fn daemon(c: &Ccctl, minutes: f64) -> Result<Vec<String>> {
             "events: {rows} written + {dropped} dropped != {produced} produced"
         ));
     }
-    let _ = std::fs::remove_dir_all(&scratch);
     Ok(failures)
 }
 
-/// The soaked daemon: SIGTERM and wait on drop, then remove the scratch
-/// directory.
-struct Reap(Option<std::process::Child>, PathBuf);
+/// The soaked daemon: SIGTERM and wait on drop.
+struct Reap(Option<std::process::Child>);
 
 impl Reap {
     fn child(&mut self) -> &mut std::process::Child {
@@ -958,6 +956,5 @@ impl Drop for Reap {
             }
             let _ = child.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.1);
     }
 }

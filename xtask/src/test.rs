@@ -8,7 +8,9 @@
 //! counted and the run ends with `xtask: N passed, M failed`. A phase that
 //! cannot run (build error, VM that does not boot, a timeout) counts as one
 //! failure: never a skip; so does a phase that passed fewer tests than its
-//! floor in tests/FLOOR (tests that silently stopped running).
+//! floor in tests/FLOOR (tests that silently stopped running). The host
+//! phases run with TMPDIR set to a directory of their own, which must be
+//! empty when they end (a test that leaves a file behind fails the run).
 
 use std::path::Path;
 use std::time::Duration;
@@ -241,6 +243,47 @@ fn mutants_phase(ccctl: &Path) -> Result<Phase> {
     })
 }
 
+/// The host phases' temp dir after they ran: one pass if empty, else the
+/// phase fails naming what was left.
+fn left_in_temp_dir(dir: &Path) -> Phase {
+    const NAME: &str = "temp dir left empty";
+    let left: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(e) => return Phase::broken(NAME, format!("reading {}: {e}", dir.display())),
+    };
+    if left.is_empty() {
+        return Phase {
+            name: NAME,
+            counts: Counts {
+                passed: 1,
+                failed: 0,
+                results: 1,
+            },
+            broken: None,
+            failing: Vec::new(),
+        };
+    }
+    let mut left = left;
+    left.sort();
+    Phase {
+        name: NAME,
+        counts: Counts {
+            passed: 0,
+            failed: 1,
+            results: 1,
+        },
+        broken: None,
+        failing: vec![format!(
+            "{} entries left in the tests' TMPDIR: {}",
+            left.len(),
+            left.join(", ")
+        )],
+    }
+}
+
 fn vm_phase(ccctl: &Path) -> Result<Phase> {
     const NAME: &str = "vm tests";
     eprintln!("xtask test: {NAME}: building the vm test binary");
@@ -311,6 +354,15 @@ pub fn main(args: TestArgs) -> Result<i32> {
         Ok(ccctl) => {
             eprintln!("xtask test: CCCTL_BIN={}", ccctl.display());
             if !args.vm_only {
+                // The host phases' temp files (every test, every ccctl they
+                // start) go to one directory of this run, which must be
+                // empty when they end: a test or a command that leaves a
+                // file behind fails the run instead of filling /tmp.
+                let scratch = ccctl_sys::scratch_dir("xtask-test")
+                    .context("creating the host phases' temp dir")?;
+                let tmpdir_before = std::env::var_os("TMPDIR");
+                // Set while this process runs no other thread.
+                std::env::set_var("TMPDIR", scratch.path());
                 let host = (|| -> Result<()> {
                     // --no-fail-fast: one failing test binary must not hide
                     // the others' results (CI once counted 21 of 211).
@@ -348,7 +400,12 @@ pub fn main(args: TestArgs) -> Result<i32> {
                 let _ = std::process::Command::new(&ccctl)
                     .args(["unload", "--all"])
                     .status();
+                match tmpdir_before {
+                    Some(v) => std::env::set_var("TMPDIR", v),
+                    None => std::env::remove_var("TMPDIR"),
+                }
                 host?;
+                phases.push(left_in_temp_dir(scratch.path()));
             }
             if !args.host_only {
                 phases.push(vm_phase(&ccctl)?);
@@ -407,6 +464,21 @@ mod tests {
                 failed: 1,
                 results: 3
             }
+        );
+    }
+
+    #[test]
+    fn a_file_left_in_the_temp_dir_fails_the_run() {
+        let dir = ccctl_sys::scratch_dir("xtask-unit-left").unwrap();
+        let clean = left_in_temp_dir(&dir);
+        assert_eq!((clean.counts.passed, clean.counts.failed), (1, 0));
+        std::fs::create_dir(dir.join("ccctl-test-x-1-0")).unwrap();
+        std::fs::write(dir.join("ccctl-lab-ping-1-0.txt"), b"").unwrap();
+        let dirty = left_in_temp_dir(&dir);
+        assert_eq!((dirty.counts.passed, dirty.counts.failed), (0, 1));
+        assert_eq!(
+            dirty.failing,
+            ["2 entries left in the tests' TMPDIR: ccctl-lab-ping-1-0.txt, ccctl-test-x-1-0"]
         );
     }
 

@@ -1218,29 +1218,16 @@ impl Figure for IntervalFigure<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A fresh directory under the system temp dir, removed on drop.
-    struct TestDir(PathBuf);
+    struct TestDir(ccctl_sys::ScratchDir);
 
     impl TestDir {
         fn new(name: &str) -> Self {
-            static N: AtomicUsize = AtomicUsize::new(0);
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            let dir =
-                std::env::temp_dir().join(format!("ccctl-plots-{}-{name}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Self(dir)
+            Self(ccctl_sys::scratch_dir(&format!("plots-{name}")).unwrap())
         }
         fn stem(&self, name: &str) -> PathBuf {
             self.0.join(name)
-        }
-    }
-
-    impl Drop for TestDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 

@@ -1812,10 +1812,9 @@ pub fn write_docs(root: &Path, out: &Path) -> Result<PathBuf, ReproError> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("ccctl-suite-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+    /// A fresh directory, removed when the guard drops.
+    fn scratch(name: &str) -> ccctl_sys::ScratchDir {
+        ccctl_sys::scratch_dir(&format!("suite-{name}")).expect("temp dir")
     }
 
     #[test]
@@ -1850,7 +1849,6 @@ mod tests {
         fs::write(out.join(SUITE_FILE), "{ not json").unwrap();
         let err = Suite::read(&out).unwrap_err().to_string();
         assert!(err.contains(SUITE_FILE), "{err}");
-        let _ = fs::remove_dir_all(&out);
     }
 
     #[test]
@@ -1872,7 +1870,6 @@ mod tests {
         assert!(scenario_complete(&dir));
         fs::remove_file(dir.join(run_dir::SUMMARY)).unwrap();
         assert!(!scenario_complete(&dir), "no summary.parquet");
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -2055,7 +2052,7 @@ mod tests {
                 })
                 .collect()
         };
-        let dir = std::env::temp_dir().join(format!("ccctl-repro-unit-{}", std::process::id()));
+        let dir = scratch("repro-unit");
         let sdir = dir.join("harm-fig7-100ms");
         for (name, in_50ms) in [("harm-fig7-100ms", false), ("harm-fig7-50ms", true)] {
             let d = dir.join(name);
@@ -2164,7 +2161,6 @@ mod tests {
                 .contains(&format!("format {}", run_dir::FORMAT + 1)),
             "{e}"
         );
-        let _ = fs::remove_dir_all(&dir);
     }
 
     /// The headlines added for issue 25 on hand-made summaries: D* against
@@ -2175,7 +2171,7 @@ mod tests {
     /// must not count).
     #[test]
     fn new_headlines_read_their_runs() {
-        let dir = std::env::temp_dir().join(format!("ccctl-repro-new-{}", std::process::id()));
+        let dir = scratch("repro-new");
         let write = |name: &str, rows: Vec<SummaryRecord>| {
             let d = dir.join(name);
             fs::create_dir_all(&d).expect("dir");
@@ -2271,7 +2267,6 @@ mod tests {
         assert!(close(&medium["value"], 1.5), "{medium}");
         assert!(close(&get("patched-fig10-heavy")["value"], 10.0));
         assert_eq!(get("dstar-fig5-deep-rtt")["verdict"], "not measured");
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -683,11 +683,9 @@ pub(crate) mod tests {
     use crate::scenario::Scenario;
     use std::time::Duration;
 
-    pub(crate) fn tempdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("ccctl-rundir-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temp dir");
-        d
+    /// A fresh directory, removed when the guard drops.
+    pub(crate) fn tempdir(name: &str) -> ccctl_sys::ScratchDir {
+        ccctl_sys::scratch_dir(&format!("rundir-{name}")).expect("temp dir")
     }
 
     /// A complete run's metadata, as the writer fills it.
@@ -818,7 +816,6 @@ pub(crate) mod tests {
             v.as_object_mut().expect("object").remove("format");
         });
         assert_eq!(Metadata::read(&dir).expect("legacy").format, 1);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -851,7 +848,6 @@ pub(crate) mod tests {
             .expect_err("format 0")
             .to_string()
             .contains("format 0"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -890,7 +886,6 @@ pub(crate) mod tests {
             matches!(e, RunDirError::Io { .. }) && e.to_string().contains(METADATA),
             "{e}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -944,7 +939,6 @@ pub(crate) mod tests {
             msg.contains(SUMMARY) && msg.contains("`run_id`") && msg.contains("not u32"),
             "{msg}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Two shard directories of one plan, written by the writers as `lab
@@ -1039,6 +1033,5 @@ pub(crate) mod tests {
             msg.contains(RECORDS) && msg.contains(&format!("format {}", FORMAT + 1)),
             "{msg}"
         );
-        let _ = std::fs::remove_dir_all(&work);
     }
 }

@@ -81,7 +81,6 @@ mod tests {
             cpu * 1e9 / n as f64,
             size as f64 / n as f64
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     fn cpu_seconds() -> f64 {

@@ -330,8 +330,7 @@ mod tests {
     /// file itself (as before), the reopening truncates it.
     #[test]
     fn reopened_output_lands_whole_and_in_order() {
-        let dir = std::env::temp_dir().join(format!("ccctl-vm-relay-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = ccctl_sys::scratch_dir("vm-relay").expect("temp dir");
         let log = dir.join("out.log");
         let file = std::fs::File::create(&log).expect("log file");
         let script = "printf 'host line one\\nhost line two\\n'; \
@@ -344,7 +343,6 @@ mod tests {
         assert!(child.child.wait().expect("wait").success());
         child.finish();
         let bytes = std::fs::read(&log).expect("read log");
-        let _ = std::fs::remove_dir_all(&dir);
         let text = String::from_utf8_lossy(&bytes);
         assert!(!bytes.contains(&0), "NUL bytes in the log: {text:?}");
         let lines: Vec<&str> = text.lines().collect();

@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn record_is_one_json_line_and_reads_back() {
-        let dir = std::env::temp_dir().join(format!("ccctl-audit-test-{}", std::process::id()));
+        let dir = crate::sys::scratch_dir("audit-test").expect("scratch dir");
         let path = dir.join("sub").join("audit.jsonl");
         let mut rec = Record::now(Action::AutoRollback, "canary judge: retransmissions");
         rec.rules.push(RuleRecord {
@@ -343,7 +343,6 @@ mod tests {
         let back = read(&path).expect("reads back");
         assert_eq!(back[0], rec);
         assert_eq!(back[1].action, Action::Clear);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A line written before `match` was recorded still reads.

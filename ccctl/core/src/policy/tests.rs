@@ -374,8 +374,7 @@ fn the_fleet_example_is_valid() {
 #[test]
 fn cgroup_subtrees_hold_the_rules_cgroup_and_its_descendants() {
     use std::os::unix::fs::MetadataExt;
-    let base = std::env::temp_dir().join(format!("ccctl-subtrees-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = crate::sys::scratch_dir("subtrees").expect("scratch dir");
     let (parent, child, grandchild, sibling) = (
         base.join("web"),
         base.join("web/api"),
@@ -428,7 +427,6 @@ fn cgroup_subtrees_hold_the_rules_cgroup_and_its_descendants() {
         trees.contains(g, ino(&sibling)),
         "its own id still is its own"
     );
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]

@@ -45,9 +45,8 @@ mod tests {
 
     #[test]
     fn second_acquire_fails_and_names_the_holder() {
-        let path = crate::sys::scratch_dir("trace-test")
-            .unwrap()
-            .join("sub/trace.lock");
+        let dir = crate::sys::scratch_dir("trace-test").unwrap();
+        let path = dir.join("sub/trace.lock");
         let held = TraceLock::acquire_at(&path).unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap().trim(),

@@ -24,8 +24,7 @@ fn synthetic_saddr_text(i: u64) -> String {
 /// one is a hidden `.partial` until rotation renames it.
 #[test]
 fn rotating_files_appear_only_when_complete() {
-    let dir = std::env::temp_dir().join(format!("ccctl-rotate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = tempdir();
     let visible = |d: &Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(d)
             .expect("dir")
@@ -66,15 +65,13 @@ fn rotating_files_appear_only_when_complete() {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
         .collect();
     assert!(left.is_empty(), "partial files left after finish");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Hive layout: `host=/date=/hour=` directories from the UTC time the
 /// file was opened, a `host` column on every row, counters shared.
 #[test]
 fn hive_layout_partitions_and_names_the_host() {
-    let dir = std::env::temp_dir().join(format!("ccctl-hive-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = tempdir();
     let before = ccctl_core::sys::time::now_unix();
     let mut sink = RotatingParquetSink::with_layout(
         &dir,
@@ -157,7 +154,6 @@ fn hive_layout_partitions_and_names_the_host() {
         .and_then(|v| v.get_str().map(str::to_string))
         == Some("web-1".into())));
     assert_eq!(df.get_column_names().len(), COLUMNS.len() + 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn meta() -> TraceMeta {
@@ -412,7 +408,7 @@ fn csv_round_trip() {
     }
 }
 
-/// A fresh directory under the target's temp dir (no tempfile crate here).
-pub(crate) fn tempdir() -> PathBuf {
+/// A fresh directory under the temp dir, removed when the guard drops.
+pub(crate) fn tempdir() -> ccctl_core::sys::ScratchDir {
     ccctl_core::sys::scratch_dir("trace-test").expect("temporary directory")
 }

@@ -96,6 +96,16 @@ pub struct Phases {
     /// (earliest, latest). A reading that came late (the TCG VM's sampler)
     /// widens the pair rather than moving the age.
     pub min_rtt_age_bounds: Vec<(f64, f64)>,
+    /// s from one PROBE_RTT's start to the next's, for the pairs between
+    /// which no reading showed a strictly lower min_rtt later than
+    /// [`LATE_FALL_S`] after the first ended: the filter was last
+    /// restamped at (or just after) that end, so the interval is its
+    /// length plus 10 s. A lower sample later on (RTT jitter once the
+    /// queue empties again: chance) restamps the filter and pushes the
+    /// next PROBE_RTT out by as much; those intervals are left out here
+    /// and judged by their age ([`Phases::min_rtt_age_at_probe_rtt`]).
+    /// All intervals when the readings carry no min_rtt filter.
+    pub probe_rtt_intervals: Vec<f64>,
     /// Each PROBE_RTT: how long cwnd stayed <= 4 (ms), and the largest
     /// cwnd it read while in PROBE_RTT after its first 5 ms.
     pub probe_rtt_low_cwnd_ms: Vec<f64>,
@@ -223,7 +233,19 @@ pub fn phases(p: &[Point]) -> Phases {
             .unwrap_or(0);
         ph.probe_rtt_max_cwnd.push(settled);
     }
-    (ph.min_rtt_age_at_probe_rtt, ph.min_rtt_age_bounds) = min_rtt_ages(p, &runs(p, dr_end, prtt));
+    let lower_before;
+    (
+        ph.min_rtt_age_at_probe_rtt,
+        ph.min_rtt_age_bounds,
+        lower_before,
+    ) = min_rtt_ages(p, &runs(p, dr_end, prtt));
+    ph.probe_rtt_intervals = ph
+        .probe_rtt_starts
+        .windows(2)
+        .enumerate()
+        .filter(|&(i, _)| !lower_before.get(i + 1).copied().unwrap_or(false))
+        .map(|(_, w)| w[1] - w[0])
+        .collect();
 
     // PROBE_BW: cwnd gain 2 after DRAIN.
     let pbw = |x: &Point| near(x.cwnd_gain, 2.0) && !prtt(x);
@@ -285,24 +307,43 @@ pub fn phases(p: &[Point]) -> Phases {
     ph
 }
 
-/// [`Phases::min_rtt_age_at_probe_rtt`] for the PROBE_RTT `episodes`
-/// (first, last reading), read from BBR's own min_rtt filter; empty if the
-/// readings do not carry it.
-fn min_rtt_ages(p: &[Point], episodes: &[(usize, usize)]) -> (Vec<f64>, Vec<(f64, f64)>) {
+/// A strictly lower min_rtt within this long after a PROBE_RTT's end
+/// comes from the packets it sent with the queue drained (PROBE_BW takes
+/// some round trips to refill it): it moves the next PROBE_RTT by less
+/// than this, inside the interval's spec. Later ones are RTT jitter with
+/// the queue emptied again (chance), seen 1.0-2.2 s after PROBE_RTT on
+/// 2026-11-28.
+const LATE_FALL_S: f64 = 0.5;
+
+/// [`Phases::min_rtt_age_at_probe_rtt`] and its bounds for the PROBE_RTT
+/// `episodes` (first, last reading), read from BBR's own min_rtt filter,
+/// and for each episode whether a strictly lower min_rtt showed between
+/// the one before it and it, later than [`LATE_FALL_S`] after the one
+/// before ended; all empty if the readings do not carry the filter.
+#[allow(clippy::type_complexity)]
+fn min_rtt_ages(
+    p: &[Point],
+    episodes: &[(usize, usize)],
+) -> (Vec<f64>, Vec<(f64, f64)>, Vec<bool>) {
     if p.iter().any(|x| x.bbr_min_rtt_us.is_none()) {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), Vec::new(), Vec::new());
     }
     let filter = |x: &Point| x.bbr_min_rtt_us.unwrap_or(f64::NAN);
-    let (mut ages, mut bounds) = (Vec::new(), Vec::new());
+    let (mut ages, mut bounds, mut lower_before) = (Vec::new(), Vec::new(), Vec::new());
     // The restamp: (the reading before, the reading that shows it).
     let mut stamp: Option<(f64, f64)> = None;
     let mut scan: usize = 1;
+    let mut prev_end: Option<f64> = None;
     for &(a, b) in episodes {
+        let mut fell_late = false;
         if let Some(w) = p.get(scan.saturating_sub(1)..a) {
             if let Some(fall) = w.windows(2).rfind(|w| filter(&w[1]) < filter(&w[0])) {
                 stamp = Some((fall[0].t, fall[1].t));
+                fell_late = prev_end.is_some_and(|end| fall[1].t - end > LATE_FALL_S);
             }
         }
+        lower_before.push(fell_late);
+        prev_end = Some(p[b].t);
         if let Some((before, shown)) = stamp {
             ages.push(p[a].t - shown);
             let started_after = p[a.saturating_sub(1)].t;
@@ -313,7 +354,7 @@ fn min_rtt_ages(p: &[Point], episodes: &[(usize, usize)]) -> (Vec<f64>, Vec<(f64
         stamp = Some((p[b].t, p[(b + 1).min(p.len() - 1)].t));
         scan = (b + 2).min(p.len());
     }
-    (ages, bounds)
+    (ages, bounds, lower_before)
 }
 
 /// The kernel's bbr socket as inet_diag saw it.
@@ -598,20 +639,24 @@ pub fn lines() -> Vec<Line> {
             margin: 0.012,
             get: |p| p.min_rtt_age_at_probe_rtt.clone(),
         },
-        // Start to start: the two lines above and below (10 s after the
-        // restamp; the PROBE_RTT's length) plus when, after a PROBE_RTT,
-        // a strictly lower RTT sample restamps the filter, which is chance:
-        // the kernel's own interval read 10.25-10.50 s over runs of one day
-        // (2026-11-25) and 10.38 s in both runs of another (2026-11-27,
-        // bpf_bbr 10.26 s). Bounded by the spec and by one PROBE_BW cycle
-        // (8 x 40 ms) plus the resolution against the kernel; the mechanism
-        // is checked by the age line.
+        // Start to start, where no strictly lower min_rtt came later than
+        // LATE_FALL_S after the first PROBE_RTT ended: its length plus
+        // 10 s. When one came (RTT jitter once the queue emptied again:
+        // chance), the next PROBE_RTT moves out by as much, and the
+        // interval is judged by the age line above instead: on 2026-11-28
+        // the kernel's own intervals read 12.79 s and bpf_bbr's 11.27 and
+        // 12.16 s in three of five runs of this test (bpf_bbr's trace:
+        // lower samples at 11.3-12.1 s, its next PROBE_RTT 10.00 s after
+        // the last), where the line took every interval and failed them.
+        // A filter that PROBE_RTT's end does not restamp (a second
+        // PROBE_RTT at once) or that is restamped by equal samples (no
+        // lower reading, a long interval) still fails here.
         Line {
             name: "PROBE_RTT interval",
             unit: "s",
             spec: Some((9.9, 11.0)),
             margin: 0.33,
-            get: |p| p.probe_rtt_starts.windows(2).map(|w| w[1] - w[0]).collect(),
+            get: |p| p.probe_rtt_intervals.clone(),
         },
         Line {
             name: "PROBE_RTT cwnd <= 4 for",
@@ -673,6 +718,15 @@ fn reading_bounds(name: &str) -> Option<Bounds> {
         "PROBE_RTT after min_rtt restamp" => Some(|p| p.min_rtt_age_bounds.clone()),
         _ => None,
     }
+}
+
+/// Lines that may have no value on a side while every run is right: the
+/// PROBE_RTT intervals after which a lower min_rtt came are left out (see
+/// [`Phases::probe_rtt_intervals`]), and with two runs both can be. Such
+/// a side is not compared; the PROBE_RTT count and the age lines still
+/// judge it. Any value present is judged.
+fn may_be_empty(name: &str) -> bool {
+    name == "PROBE_RTT interval"
 }
 
 /// Relative margins the issue sets: btl_bw within 5 %, min_rtt within 2 %.
@@ -801,7 +855,7 @@ pub fn compare(kernel: &[Phases], bpf: &[Phases], judge: Judge) -> (String, Vec<
                     .copied()
                     .filter(|v| !(v.is_finite() && (lo - 1e-9..=hi + 1e-9).contains(v)))
                     .collect();
-                if all.is_empty() || !bad.is_empty() {
+                if (all.is_empty() && !may_be_empty(l.name)) || !bad.is_empty() {
                     fails.push(format!(
                         "{}: {who} outside [{lo}, {hi}] {}: {bad:?} of {all:?}{}",
                         l.name,
@@ -814,6 +868,10 @@ pub fn compare(kernel: &[Phases], bpf: &[Phases], judge: Judge) -> (String, Vec<
                     ));
                 }
             }
+        }
+        let one_side_empty = kall.is_empty() || ball.is_empty();
+        if may_be_empty(l.name) && one_side_empty {
+            continue;
         }
         if !(km.is_finite() && bm.is_finite() && (bm - km).abs() <= margin + 1e-9) {
             fails.push(format!(
@@ -862,7 +920,6 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
         }
     }
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(&dir);
     let (table, fails) = compare(&kernel, &bpf, judge);
     let starts = |runs: &[Phases]| {
         runs.iter()
@@ -1004,6 +1061,13 @@ pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
             synthetic(BBR_HIGH, 0.75, 4, 20.0),
             "PROBE_RTT after min_rtt restamp",
         ),
+        (
+            // Restamped by samples equal to min_rtt (<= for <): no lower
+            // reading, and the next PROBE_RTT 11.74 s after the first ended.
+            "min_rtt restamped by equal samples",
+            synthetic(BBR_HIGH, 0.75, 4, 22.0),
+            "PROBE_RTT interval",
+        ),
     ] {
         let (_, fails) = compare(&kernel, &[phases(&wrong), phases(&wrong)], Judge::Every);
         assert!(
@@ -1012,6 +1076,31 @@ pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
         );
         println!("{what}: {}", fails.join("; "));
     }
+    // A right BBR on a jittery path: a sample 50 us below min_rtt at
+    // 12.0 s, after the first PROBE_RTT, restamps the filter and the next
+    // PROBE_RTT comes at 22.0 s. That interval (12 s) is left out of the
+    // interval line; the age line times it (10 s) and passes.
+    let mut lower = synthetic(BBR_HIGH, 0.75, 4, 22.0);
+    for x in lower.iter_mut().filter(|x| x.t >= 12.0) {
+        x.bbr_min_rtt_us = Some(40_250.0);
+    }
+    let ph = phases(&lower);
+    assert_eq!(ph.probe_rtt_starts, [10.0, 22.0]);
+    assert!(
+        ph.probe_rtt_intervals.is_empty(),
+        "{:?}",
+        ph.probe_rtt_intervals
+    );
+    assert!(
+        (ph.min_rtt_age_at_probe_rtt[0] - 10.0).abs() < 0.005,
+        "{:?}",
+        ph.min_rtt_age_at_probe_rtt
+    );
+    let (table, fails) = compare(&kernel, &[ph.clone(), ph], Judge::Every);
+    assert!(
+        fails.is_empty(),
+        "a lower sample after PROBE_RTT: {fails:#?}\n{table}"
+    );
     // The kernel's readings around the restamp at the first PROBE_RTT's
     // end come late: the age is read short, its bounds still meet the spec.
     // A sampler that stalls past MAX_DATING_SPAN_S fails instead.

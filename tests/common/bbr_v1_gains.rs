@@ -73,7 +73,6 @@ pub fn bpf_bbr_phases_follow_bbr_v1(cfg: TestbedConfig, secs: u64, under_loss: b
     .expect("flow");
     let df = trace.finish();
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(&dir);
     let data_port = flows[0].local_port.expect("local port") as u64;
     let sport = u64s(&df, "sport");
     let (ts, cwnd, min_rtt) = (

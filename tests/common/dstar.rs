@@ -458,7 +458,6 @@ pub fn traced_dstar_flow(
     let data_port = flows[0].local_port.expect("local port");
     let ev = events_of(&df, data_port);
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(&dir);
     (ev, flows)
 }
 
@@ -1055,7 +1054,6 @@ pub fn traced_own_flow(
     let df = trace.finish();
     let ev = events_of(&df, flow.local_port);
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(&dir);
     (ev, flow)
 }
 

@@ -339,7 +339,6 @@ pub fn metrics_endpoint_during_a_traced_flow() {
         "{log_text}"
     );
     let _ = tb.destroy();
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// DuckDB (Python) over `tree`: JSON of `sql`'s rows.
@@ -492,5 +491,4 @@ pub fn two_daemons_write_one_partitioned_table() {
         .sum();
     assert_eq!(got, expect, "query.sql {result} vs whole flows {whole}");
     let _ = tb.destroy();
-    let _ = fs::remove_dir_all(&dir);
 }

@@ -170,7 +170,6 @@ pub fn errors_are_clear_and_change_nothing() {
     ccctl(&["unload"]).failed_with(&["--all"]);
     ccctl(&["load"]).failed_with(&["<ALGO>"]);
     assert_eq!(snapshot(), before);
-    let _ = fs::remove_dir_all(dir);
 }
 
 /// A minimal system (a virtme-ng VM) boots without bpffs: `ccctl load`
@@ -431,5 +430,4 @@ pub fn load_from_an_object_file() {
     ccctl(&["unload", "bpf-bbr"]).ok();
     assert!(!registered("bpf_bbr"));
     assert_eq!(snapshot(), before, "unload left something behind");
-    let _ = fs::remove_dir_all(&dir);
 }

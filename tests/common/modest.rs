@@ -558,7 +558,6 @@ pub fn modest_search_follows_alg1(cfg: TestbedConfig, secs: u64, min_last_cwnd: 
         "the pacing gain was never scaled (eq. 1)"
     );
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What a lone flow did around a loss burst forced on its data path, read

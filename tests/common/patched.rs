@@ -787,6 +787,5 @@ pub fn unload_during_a_gated_flow() -> AfterUnload {
         pacing_after_bps: mean(&late.iter().map(|&i| pacing[i] as f64).collect::<Vec<_>>()),
     };
     println!("patched_bbr unloaded during a Heavy-gated flow: {res:?}");
-    let _ = std::fs::remove_dir_all(&dir);
     res
 }

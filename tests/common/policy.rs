@@ -306,7 +306,6 @@ algorithm = "dstar"
         "clear unloads what apply loaded"
     );
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A cgroup v2 directory for one test, removed (its processes gone) on drop.
@@ -415,7 +414,6 @@ pub fn rule_by_cgroup_takes_exactly_its_processes() {
     drop(outside);
     ccctl(&["policy", "clear"]).ok();
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn canary_policy(tb: &Testbed, port: u16, share: f64) -> String {
@@ -518,7 +516,6 @@ pub fn canary_takes_its_share_and_rollback_moves_live_flows_back() {
         "clear unloads the derived registration"
     );
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Bad files are refused with the field named and change nothing; policy
@@ -538,7 +535,6 @@ pub fn bad_policies_change_nothing() {
         ccctl(&["policy", "apply", f.to_str().expect("utf-8")]).failed_with(&[needle, "nothing applied"]);
         assert_eq!(super::snapshot(), before, "{text}: changed something");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The daemon takes `[[rule]]` tables from its config: applied at start,
@@ -598,7 +594,6 @@ pub fn daemon_applies_rules_and_reloads_them_on_sighup() {
         !super::pin_root().join("policy").exists(),
         "on_exit = unload clears the policy"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// An application's own TCP_CONGESTION wins over a rule unless the rule
@@ -653,7 +648,6 @@ pub fn enforce_overrides_the_applications_choice_only_when_set() {
     drop((sk, se));
     ccctl(&["policy", "clear"]).ok();
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `ccctl load modest-bbr --replace` during 50 live iperf3 flows of
@@ -875,7 +869,6 @@ pub fn policy_apply_survives_sigkill_anywhere() {
     assert!(!super::available()
         .iter()
         .any(|n| n.starts_with("modest_bbr")));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The policy over IPv6. One IPv6 testbed (senders fd00:ccc:0:1::1 and
@@ -1082,7 +1075,6 @@ control = "reno"
     ccctl(&["policy", "clear"]).ok();
     let _ = tb6.destroy();
     let _ = tb4.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `f` on a thread in the testbed namespace of `role` (commands it runs
@@ -1357,7 +1349,6 @@ enforce = true
     drop(servers);
     ccctl(&["policy", "clear"]).ok();
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Every socket of `socks` runs `canary` where ccctl's hash puts it in a

@@ -421,7 +421,6 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
         "no rollback of the harmless rule; the exit's clear recorded"
     );
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The harm to the control against its baseline (issue 28: harm as the
@@ -580,7 +579,6 @@ pub fn judge_holds_the_control_harm_against_its_baseline() {
         "{actions:?}"
     );
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `ccctl policy apply` and `rollback` by hand each append one line to
@@ -637,7 +635,6 @@ pub fn apply_and_rollback_write_audit_lines() {
         !super::pin_root().join("policy").exists(),
         "nothing applied"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Python (the venv `cargo xtask setup` makes) for a client that must run
@@ -840,7 +837,6 @@ pub fn judge_takes_the_connections_of_child_cgroups() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "daemon: {stderr}");
     let _ = tb.destroy();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `ccctl daemon` on `cfg`, its lock in `dir`, the audit log where the

@@ -148,5 +148,4 @@ pub fn reproduce_quick_reports_what_its_parquet_files_hold(ran_on: &str) {
     assert!(ran.contains("25s"), "quick duration in {ran}");
     // Plots beside the report, linked from it.
     assert!(report.contains("fabric-fig6-fqcodel/plots/"), "{report}");
-    let _ = std::fs::remove_dir_all(&out);
 }

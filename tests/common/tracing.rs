@@ -312,7 +312,6 @@ pub fn traced_flow_matches_the_socket(rate_bps: u64, buffer_bytes: u64, rtt: Dur
         mine.len()
     );
     let _ = tb.destroy();
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A 4 KiB ring and a consumer that waits 3 s before reading: the drops
@@ -375,7 +374,6 @@ pub fn overflow_is_counted() {
         "written {written} + dropped {dropped} != produced {produced} (BPF's count)"
     );
     let _ = tb.destroy();
-    let _ = fs::remove_dir_all(&dir);
 }
 
 fn daemon_config(dir: &Path, cwnd_gain: f64) -> String {
@@ -482,7 +480,6 @@ pub fn daemon_reloads_live_and_cleans_up() {
         "after SIGHUP the running flow uses cwnd_gain 1.0"
     );
     let _ = tb.destroy();
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A tracer killed with SIGKILL cannot switch tracing off; the next command
@@ -531,7 +528,6 @@ pub fn killed_tracer_is_switched_off_by_the_next_command() {
         "{}",
         status.stderr
     );
-    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Unloading every algorithm and loading one again pins new tracing maps; a
@@ -570,5 +566,4 @@ pub fn tracer_follows_a_reload() {
         "{rows} events of the flow after the reload; stderr: {stderr}"
     );
     let _ = tb.destroy();
-    let _ = fs::remove_dir_all(&dir);
 }

@@ -17,13 +17,36 @@ use crate::trace_files::ParquetSink;
 /// cycle through them.
 const POOL: usize = 1 << 20;
 
+/// Which algorithms' events the synthetic stream holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    /// Four algorithms interleaved flow by flow (every algorithm-specific
+    /// column is null in about half of each row group's rows): the worst
+    /// case, a host tracing every algorithm at once.
+    Interleaved,
+    /// One algorithm's events only (`ccctl trace --algo bpf-bbr`): each
+    /// column is either valid or null in a whole row group.
+    One(u8),
+}
+
 /// Push `n` synthetic records through decode and a [`ParquetSink`] at
 /// `path`, exactly as the ring-buffer callback does, and finish the file.
 /// Returns events per second of wall-clock time, generation excluded,
 /// finishing the file included.
 pub fn consumer_rate(n: usize, path: &Path) -> Result<f64> {
+    consumer_rate_of(n, path, Mix::Interleaved)
+}
+
+/// [`consumer_rate`] of a stream of the given algorithms.
+pub fn consumer_rate_of(n: usize, path: &Path, mix: Mix) -> Result<f64> {
     let pool: Vec<[u8; EVENT_SIZE]> = (0..n.clamp(1, POOL) as u64)
-        .map(|i| event::to_bytes(&synthetic_event(i)))
+        .map(|i| {
+            let mut e = synthetic_event(i);
+            if let Mix::One(algo) = mix {
+                e.algo = algo;
+            }
+            event::to_bytes(&e)
+        })
         .collect();
     let meta = TraceMeta::now(Filter::default().to_json());
     let mut consumer = Consumer::new(Target::Sink(Box::new(ParquetSink::create(path, meta)?)));

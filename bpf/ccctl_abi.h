@@ -328,7 +328,10 @@ struct ccctl_event {
 	/* BBR family */
 	__u8 bbr_mode;        /* CCCTL_BBR_* */
 	__u8 modest_phase;    /* CCCTL_MODEST_* (Modest BBR) */
-	__u16 pad0;
+	__u16 edt_lead_ms;    /* every algorithm: ms the socket's pacing schedule (tcp_wstamp_ns,
+			       * the next departure time) runs ahead of this ACK's clock
+			       * (tcp_clock_cache), saturating at 65535; about one packet's slot
+			       * while paced, more after segments left in a burst */
 	__u32 pacing_gain;    /* x CCCTL_GAIN_UNIT, as applied on this ACK */
 	__u32 cwnd_gain;      /* x CCCTL_GAIN_UNIT */
 	__u32 param_digest;   /* CCCTL_PARAM_DIGEST of the set in force on this ACK */

@@ -184,6 +184,23 @@ static __always_inline u64 ccctl_sample_rate(const struct rate_sample *rs, u32 m
 }
 
 /*
+ * How far the socket's pacing schedule runs ahead of this ACK's clock, ms
+ * (saturating): the kernel stamps each segment it sends with the next
+ * departure time and moves that on by the segment's length at the pacing
+ * rate, and internal pacing holds the next segment until the clock reaches
+ * it. So the lead is about one segment's slot while paced; segments that
+ * left in a burst leave it far ahead, and tcp_bbr.c's DRAIN (in-flight at
+ * the departure time) counts them as already delivered.
+ */
+static __always_inline u16 ccctl_edt_lead_ms(const struct tcp_sock *tp)
+{
+	u64 edt = tp->tcp_wstamp_ns, now = tp->tcp_clock_cache;
+	u64 lead = edt > now ? (edt - now) / 1000000ULL : 0;
+
+	return lead > 0xffff ? 0xffff : (u16)lead;
+}
+
+/*
  * Start an event for this ACK, or NULL when tracing is off, this flow is
  * filtered or sampled out, or the ring is full (counted as a drop).
  */
@@ -265,6 +282,7 @@ static __always_inline struct ccctl_event *ccctl_trace_begin(struct sock *sk, co
 	e->srtt_us = tp->srtt_us >> 3;
 	e->min_rtt_us = tcp_min_rtt(tp);
 	e->in_flight = tcp_packets_in_flight(tp);
+	e->edt_lead_ms = ccctl_edt_lead_ms(tp);
 	e->delivered = tp->delivered;
 	e->lost = tp->lost;
 	e->total_retrans = tp->total_retrans;

@@ -67,6 +67,12 @@ pub struct Phases {
     pub startup_ms: f64,
     pub drain_pacing_gain: f64,
     pub drain_ms: f64,
+    /// DRAIN ended at an ACK where segments sent in a burst had put the
+    /// socket's pacing schedule far ahead of its clock, which tcp_bbr.c's
+    /// exit test counts as delivered ([`DrainExit::by_burst`]): bpf_bbr's
+    /// trace shows it, the kernel's inet_diag does not. Such a DRAIN's
+    /// lines are not judged (the run's other lines are).
+    pub drain_ended_by_burst: Option<DrainExit>,
     /// PROBE_BW's pacing gains, each with its share of PROBE_BW time.
     pub probe_bw_gains: BTreeMap<String, f64>,
     /// Complete cycles (a 1.25 phase to the next, no PROBE_RTT between).
@@ -381,6 +387,69 @@ fn kernel_points(samples: &[Sample]) -> Vec<Point> {
         .collect()
 }
 
+/// The ACK on which bpf_bbr's DRAIN ended (its first event in PROBE_BW
+/// after STARTUP or DRAIN), read from the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DrainExit {
+    /// Packets in flight (tcp_packets_in_flight).
+    pub in_flight: f64,
+    /// ms the pacing schedule ran ahead of the clock (`edt_lead_ms`).
+    pub edt_lead_ms: f64,
+    /// btl_bw, packets per ms.
+    pub bw_pkts_per_ms: f64,
+    /// btl_bw x BBR's min_rtt, packets.
+    pub bdp: f64,
+}
+
+/// A lead that discounts this many packets is no pacing slot: DRAIN paces
+/// at 0.34 x btl_bw, so one 2-segment skb's slot discounts ~6 packets
+/// (2.9-3.4 ms at 20 Mbit/s, bpf_printk on 2026-11-28), and the bursts
+/// seen that day discounted 130-200.
+const BURST_PACKETS: f64 = 20.0;
+
+impl DrainExit {
+    /// DRAIN ended by tcp_bbr.c's rule on a burst: in flight at the
+    /// departure time, in-flight less what btl_bw delivers over the lead
+    /// (plus the lead's ms truncation), within one BDP and the window's
+    /// quantization budget (3 x 2-segment skbs, rounded: 10 packets), while
+    /// the lead alone discounts at least [`BURST_PACKETS`]. An exit for
+    /// any other reason (a wrong DRAIN) has a lead of one pacing slot.
+    pub fn by_burst(&self) -> bool {
+        let discounted = self.bw_pkts_per_ms * (self.edt_lead_ms + 1.0);
+        self.bw_pkts_per_ms * self.edt_lead_ms >= BURST_PACKETS
+            && self.in_flight - discounted <= self.bdp + 10.0
+    }
+}
+
+/// bpf_bbr's DRAIN exit in its trace of `port`, if the trace has one.
+fn drain_exit(df: &polars::prelude::DataFrame, port: u16) -> Option<DrainExit> {
+    let sport = u64s(df, "sport");
+    let algo = strs(df, "algo");
+    let mode = strs(df, "bbr_mode");
+    let col = |n: &str| -> Vec<f64> { f64s(df, n).into_iter().map(|v| v.unwrap_or(0.0)).collect() };
+    let (fl, lead, bw, rtt, mss) = (
+        col("in_flight"),
+        col("edt_lead_ms"),
+        col("btl_bw_bps"),
+        col("bbr_min_rtt_us"),
+        col("mss"),
+    );
+    let rows: Vec<usize> = (0..df.height())
+        .filter(|&i| sport[i] == port as u64 && algo[i] == "bpf_bbr")
+        .collect();
+    let i = rows.windows(2).find_map(|w| {
+        (matches!(mode[w[0]].as_str(), "startup" | "drain") && mode[w[1]] == "probe_bw")
+            .then_some(w[1])
+    })?;
+    let bw_pkts_per_ms = bw[i] / 8.0 / mss[i].max(1.0) / 1000.0;
+    Some(DrainExit {
+        in_flight: fl[i],
+        edt_lead_ms: lead[i],
+        bw_pkts_per_ms,
+        bdp: bw_pkts_per_ms * rtt[i] / 1000.0,
+    })
+}
+
 /// bpf_bbr's trace of its data connection, read every [`SAMPLE_MS`] ms.
 fn trace_points(df: &polars::prelude::DataFrame, port: u16) -> Vec<Point> {
     let sport = u64s(df, "sport");
@@ -427,8 +496,15 @@ fn trace_points(df: &polars::prelude::DataFrame, port: u16) -> Vec<Point> {
     out
 }
 
-/// One flow of `cc` on sender 0 of `tb`, read as [`Point`]s.
-fn run(tb: &Testbed, cc: &str, secs: u64, dir: &std::path::Path, n: usize) -> Vec<Point> {
+/// One flow of `cc` on sender 0 of `tb`, read as [`Point`]s, with its
+/// DRAIN exit where the trace shows it (bpf_bbr).
+fn run(
+    tb: &Testbed,
+    cc: &str,
+    secs: u64,
+    dir: &std::path::Path,
+    n: usize,
+) -> (Vec<Point>, Option<DrainExit>) {
     let sampler = Sampler::start(
         &ccctl_sys::netns::named(&tb.ns(Role::Sender(0))),
         SamplerConfig {
@@ -450,11 +526,14 @@ fn run(tb: &Testbed, cc: &str, secs: u64, dir: &std::path::Path, n: usize) -> Ve
         .local_port
         .expect("iperf3 reported its data connection");
     match trace {
-        Some(t) => trace_points(&t.finish(), port),
+        Some(t) => {
+            let df = t.finish();
+            (trace_points(&df, port), drain_exit(&df, port))
+        }
         None => {
             let track: Vec<_> = samples.for_local_port(port).collect();
             assert_eq!(track.len(), 1, "the data socket in inet_diag");
-            kernel_points(&track[0].samples)
+            (kernel_points(&track[0].samples), None)
         }
     }
 }
@@ -528,14 +607,14 @@ pub fn lines() -> Vec<Line> {
             unit: "",
             spec: Some((0.34, 0.35)),
             margin: 0.005,
-            get: |p| vec![p.drain_pacing_gain],
+            get: |p| drain_line(p, p.drain_pacing_gain),
         },
         Line {
             name: "DRAIN length",
             unit: "ms",
             spec: Some((1.0, 200.0)),
             margin: 17.0,
-            get: |p| vec![p.drain_ms],
+            get: |p| drain_line(p, p.drain_ms),
         },
         Line {
             name: "PROBE_BW time at 1.25",
@@ -722,11 +801,22 @@ fn reading_bounds(name: &str) -> Option<Bounds> {
 
 /// Lines that may have no value on a side while every run is right: the
 /// PROBE_RTT intervals after which a lower min_rtt came are left out (see
-/// [`Phases::probe_rtt_intervals`]), and with two runs both can be. Such
-/// a side is not compared; the PROBE_RTT count and the age lines still
-/// judge it. Any value present is judged.
+/// [`Phases::probe_rtt_intervals`]), and with two runs both can be; so can
+/// the DRAIN of runs a send burst ended ([`Phases::drain_ended_by_burst`]).
+/// Such a side is not compared; the PROBE_RTT count and the age lines
+/// still judge it. Any value present is judged.
 fn may_be_empty(name: &str) -> bool {
-    name == "PROBE_RTT interval"
+    name == "PROBE_RTT interval" || name.starts_with("DRAIN")
+}
+
+/// A DRAIN line's value, none where a send burst ended the DRAIN
+/// ([`Phases::drain_ended_by_burst`]).
+fn drain_line(p: &Phases, v: f64) -> Vec<f64> {
+    if p.drain_ended_by_burst.is_some() {
+        Vec::new()
+    } else {
+        vec![v]
+    }
 }
 
 /// Relative margins the issue sets: btl_bw within 5 %, min_rtt within 2 %.
@@ -910,9 +1000,10 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
     let tb = testbed(cfg);
     let (mut kernel, mut bpf) = (Vec::new(), Vec::new());
     for (n, &cc) in order.iter().enumerate() {
-        let points = run(&tb, cc, secs, &dir, n);
+        let (points, exit) = run(&tb, cc, secs, &dir, n);
         assert!(points.len() > 100, "{cc}: {} readings", points.len());
-        let ph = phases(&points);
+        let mut ph = phases(&points);
+        ph.drain_ended_by_burst = exit.filter(DrainExit::by_burst);
         if cc == "bbr" {
             kernel.push(ph);
         } else {
@@ -927,10 +1018,30 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
             .collect::<Vec<_>>()
             .join(" ")
     };
+    let bursts: Vec<String> = bpf
+        .iter()
+        .enumerate()
+        .filter_map(|(k, p)| {
+            p.drain_ended_by_burst.map(|x| {
+                format!(
+                    "run {k}: lead {:.0} ms, in flight {:.0}, BDP {:.1}",
+                    x.edt_lead_ms, x.in_flight, x.bdp
+                )
+            })
+        })
+        .collect();
     let extra = format!(
-        "PROBE_RTT starts, s from the first data ACK: bbr {}, bpf_bbr {}",
+        "PROBE_RTT starts, s from the first data ACK: bbr {}, bpf_bbr {}{}",
         starts(&kernel),
-        starts(&bpf)
+        starts(&bpf),
+        if bursts.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\nbpf_bbr DRAIN ended by a send burst (not judged): {}",
+                bursts.join("; ")
+            )
+        }
     );
     let text = format!("bpf_bbr vs the kernel's bbr, phase by phase: {what}\n{table}{extra}");
     record(figure, &text);
@@ -1076,6 +1187,36 @@ pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
         );
         println!("{what}: {}", fails.join("; "));
     }
+    // DRAIN ended by a send burst (tcp_bbr.c counts paced-ahead segments
+    // as delivered) is told from a DRAIN that ends early on its own: the
+    // exits read on 2026-11-28 (bpf_printk), 20 Mbit/s, 40 ms.
+    let exit = |in_flight: f64, edt_lead_ms: f64| DrainExit {
+        in_flight,
+        edt_lead_ms,
+        bw_pkts_per_ms: 1.676,
+        bdp: 68.3,
+    };
+    assert!(!exit(79.0, 3.0).by_burst(), "a paced exit at the target");
+    assert!(exit(186.0, 120.0).by_burst(), "70 segments sent in a burst");
+    assert!(!exit(186.0, 3.0).by_burst(), "an early exit with no burst");
+    assert!(
+        !exit(400.0, 120.0).by_burst(),
+        "more in flight than the lead explains"
+    );
+    let mut burst = good.clone();
+    burst.drain_ms = 0.0;
+    burst.drain_pacing_gain = f64::NAN;
+    let (_, fails) = compare(&kernel, &[burst.clone(), good.clone()], Judge::Every);
+    assert!(
+        fails.iter().any(|f| f.starts_with("DRAIN")),
+        "a DRAIN of 0 ms with no burst passed: {fails:#?}"
+    );
+    burst.drain_ended_by_burst = Some(exit(186.0, 120.0));
+    let (table, fails) = compare(&kernel, &[burst.clone(), burst], Judge::Every);
+    assert!(
+        fails.is_empty(),
+        "DRAIN ended by a burst: {fails:#?}\n{table}"
+    );
     // A right BBR on a jittery path: a sample 50 us below min_rtt at
     // 12.0 s, after the first PROBE_RTT, restamps the filter and the next
     // PROBE_RTT comes at 22.0 s. That interval (12 s) is left out of the

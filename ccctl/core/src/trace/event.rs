@@ -165,6 +165,7 @@ mod tests {
             dstar_min_rtt_stamp_ns: 5,
             bbr_min_rtt_us: 40_300,
             bbr_min_rtt_age_ms: 9_999,
+            edt_lead_ms: 118,
             ..Default::default()
         }
     }
@@ -182,6 +183,7 @@ mod tests {
         assert_eq!(&bytes[44..48], &[198, 18, 1, 2]);
         assert_eq!(&bytes[48..50], &40_000u16.to_ne_bytes());
         assert_eq!(bytes[54], abi::CCCTL_ALGO_BBR as u8);
+        assert_eq!(&bytes[114..116], &118u16.to_ne_bytes());
         assert_eq!(&bytes[128..136], &1_200_000u64.to_ne_bytes());
         assert_eq!(&bytes[152..156], &512u32.to_ne_bytes());
         assert_eq!(&bytes[156..160], &256u32.to_ne_bytes());
@@ -226,6 +228,7 @@ mod tests {
             (2, 3, 4, 5)
         );
         assert_eq!((d.bbr_min_rtt_us, d.bbr_min_rtt_age_ms), (40_300, 9_999));
+        assert_eq!(d.edt_lead_ms, 118);
         assert_eq!(dstar_mode_name(9), "unknown");
     }
 

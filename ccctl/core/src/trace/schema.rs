@@ -35,6 +35,7 @@ macro_rules! with_event_columns {
             srtt_us: U32, All, |e| e.srtt_us, "u32", "smoothed RTT, microseconds";
             min_rtt_us: U32, All, |e| e.min_rtt_us, "u32", "minimum RTT, microseconds";
             in_flight: U32, All, |e| e.in_flight, "u32", "packets in flight";
+            edt_lead_ms: U32, All, |e| e.edt_lead_ms as u32, "u32", "ms the socket's pacing schedule (`tcp_wstamp_ns`) runs ahead of this ACK's clock: about one packet's slot while paced, more after segments left in a burst (tcp_bbr.c's DRAIN counts those as delivered)";
             delivered: U32, All, |e| e.delivered, "u32", "packets delivered";
             lost: U32, All, |e| e.lost, "u32", "packets lost";
             total_retrans: U32, All, |e| e.total_retrans, "u32", "segments retransmitted";

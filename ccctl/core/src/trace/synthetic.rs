@@ -34,6 +34,7 @@ pub fn synthetic_event(i: u64) -> abi::ccctl_event {
         srtt_us: 40_000 + (wave as u32) * 7,
         min_rtt_us: 40_000,
         in_flight: 5 + wave as u32,
+        edt_lead_ms: (wave % 7) as u16,
         delivered: i as u32,
         lost: (i / 1000) as u32,
         total_retrans: (i / 900) as u32,

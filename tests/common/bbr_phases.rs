@@ -421,12 +421,27 @@ impl DrainExit {
     }
 }
 
-/// bpf_bbr's DRAIN exit in its trace of `port`, if the trace has one.
-fn drain_exit(df: &polars::prelude::DataFrame, port: u16) -> Option<DrainExit> {
+/// A numeric trace column, nulls as 0.
+fn trace_col(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
+    f64s(df, name)
+        .into_iter()
+        .map(|v| v.unwrap_or(0.0))
+        .collect()
+}
+
+/// The rows of bpf_bbr's data connection (local port `port`) in a trace.
+fn bpf_rows(df: &polars::prelude::DataFrame, port: u16) -> Vec<usize> {
     let sport = u64s(df, "sport");
     let algo = strs(df, "algo");
+    (0..df.height())
+        .filter(|&i| sport[i] == port as u64 && algo[i] == "bpf_bbr")
+        .collect()
+}
+
+/// bpf_bbr's DRAIN exit in its trace of `port`, if the trace has one.
+fn drain_exit(df: &polars::prelude::DataFrame, port: u16) -> Option<DrainExit> {
     let mode = strs(df, "bbr_mode");
-    let col = |n: &str| -> Vec<f64> { f64s(df, n).into_iter().map(|v| v.unwrap_or(0.0)).collect() };
+    let col = |n: &str| trace_col(df, n);
     let (fl, lead, bw, rtt, mss) = (
         col("in_flight"),
         col("edt_lead_ms"),
@@ -434,9 +449,7 @@ fn drain_exit(df: &polars::prelude::DataFrame, port: u16) -> Option<DrainExit> {
         col("bbr_min_rtt_us"),
         col("mss"),
     );
-    let rows: Vec<usize> = (0..df.height())
-        .filter(|&i| sport[i] == port as u64 && algo[i] == "bpf_bbr")
-        .collect();
+    let rows = bpf_rows(df, port);
     let i = rows.windows(2).find_map(|w| {
         (matches!(mode[w[0]].as_str(), "startup" | "drain") && mode[w[1]] == "probe_bw")
             .then_some(w[1])
@@ -452,9 +465,8 @@ fn drain_exit(df: &polars::prelude::DataFrame, port: u16) -> Option<DrainExit> {
 
 /// bpf_bbr's trace of its data connection, read every [`SAMPLE_MS`] ms.
 fn trace_points(df: &polars::prelude::DataFrame, port: u16) -> Vec<Point> {
-    let sport = u64s(df, "sport");
     let ts = u64s(df, "ts_ns");
-    let col = |n: &str| -> Vec<f64> { f64s(df, n).into_iter().map(|v| v.unwrap_or(0.0)).collect() };
+    let col = |n: &str| trace_col(df, n);
     let (pg, cg, bw, rtt, filter) = (
         col("pacing_gain"),
         col("cwnd_gain"),
@@ -463,10 +475,7 @@ fn trace_points(df: &polars::prelude::DataFrame, port: u16) -> Vec<Point> {
         col("bbr_min_rtt_us"),
     );
     let (cwnd, dlv, fl) = (col("cwnd"), col("delivered"), col("in_flight"));
-    let algo = strs(df, "algo");
-    let rows: Vec<usize> = (0..df.height())
-        .filter(|&i| sport[i] == port as u64 && algo[i] == "bpf_bbr")
-        .collect();
+    let rows = bpf_rows(df, port);
     let Some(&r0) = rows.first() else {
         return Vec::new();
     };

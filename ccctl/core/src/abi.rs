@@ -49,6 +49,20 @@ pub unsafe trait Plain: Copy + Default + 'static {
         // `Self: Plain`, and read_unaligned makes no alignment assumption.
         Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
     }
+
+    /// The value in place, without a copy, when `bytes` holds at least
+    /// `size_of::<Self>()` bytes aligned for `Self` (a ring-buffer record
+    /// is 8-byte aligned); `None` otherwise.
+    fn ref_from_bytes(bytes: &[u8]) -> Option<&Self> {
+        let ptr = bytes.as_ptr().cast::<Self>();
+        if bytes.len() < std::mem::size_of::<Self>() || !ptr.is_aligned() {
+            return None;
+        }
+        // SAFETY: the length and the alignment were checked, every bit
+        // pattern is a valid `Self: Plain`, and the reference borrows
+        // `bytes`, which no one can write while it lives.
+        Some(unsafe { &*ptr })
+    }
 }
 
 // SAFETY: declared in ccctl_abi.h with fixed-width integer fields only and

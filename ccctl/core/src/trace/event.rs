@@ -23,6 +23,18 @@ pub fn decode(sample: &[u8]) -> Result<abi::ccctl_event, ShortSample> {
     abi::ccctl_event::from_bytes(sample).ok_or(ShortSample { len: sample.len() })
 }
 
+/// Like [`decode`], without copying the event when the sample is aligned
+/// for it (the ring buffer's records are): the consumer's per-event path.
+#[inline]
+pub fn decode_in_place(
+    sample: &[u8],
+) -> Result<std::borrow::Cow<'_, abi::ccctl_event>, ShortSample> {
+    match abi::ccctl_event::ref_from_bytes(sample) {
+        Some(ev) => Ok(std::borrow::Cow::Borrowed(ev)),
+        None => decode(sample).map(std::borrow::Cow::Owned),
+    }
+}
+
 /// The raw bytes of an event, as the BPF side would have written them
 /// (synthetic events for tests and the benchmark).
 pub fn to_bytes(ev: &abi::ccctl_event) -> [u8; EVENT_SIZE] {
@@ -168,6 +180,32 @@ mod tests {
             edt_lead_ms: 118,
             ..Default::default()
         }
+    }
+
+    /// An aligned sample is read in place, an unaligned one copied; both
+    /// give the event, and a short one is refused either way.
+    #[test]
+    fn decodes_in_place_when_aligned() {
+        let ev = sample_event();
+        // u64 storage: 8-byte aligned, as the ring buffer's records are.
+        let mut words = [0u64; EVENT_SIZE / 8 + 1];
+        let bytes: &mut [u8] = bytemuck_bytes(&mut words);
+        bytes[..EVENT_SIZE].copy_from_slice(&to_bytes(&ev));
+        match decode_in_place(&bytes[..EVENT_SIZE]).unwrap() {
+            std::borrow::Cow::Borrowed(e) => assert_eq!(e.as_bytes(), ev.as_bytes()),
+            std::borrow::Cow::Owned(_) => panic!("an aligned sample was copied"),
+        }
+        bytes.copy_within(0..EVENT_SIZE, 1);
+        match decode_in_place(&bytes[1..=EVENT_SIZE]).unwrap() {
+            std::borrow::Cow::Owned(e) => assert_eq!(e.as_bytes(), ev.as_bytes()),
+            std::borrow::Cow::Borrowed(_) => panic!("an unaligned sample read in place"),
+        }
+        assert!(decode_in_place(&bytes[..EVENT_SIZE - 1]).is_err());
+    }
+
+    fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
+        // SAFETY: u64s are plain bytes; the slice covers exactly their storage.
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
     }
 
     #[test]

@@ -151,7 +151,7 @@ impl Consumer {
     /// the `consume` in progress.
     #[inline]
     pub fn on_sample(&mut self, data: &[u8]) -> i32 {
-        let Ok(ev) = event::decode(data) else {
+        let Ok(ev) = event::decode_in_place(data) else {
             self.malformed += 1;
             return 0;
         };

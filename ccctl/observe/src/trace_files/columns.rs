@@ -186,17 +186,11 @@ macro_rules! column {
     };
     ($kinds:ident, $name:ident, Bool, $v:expr, $valid:expr) => {{
         let v: Vec<bool> = $v;
-        let valid: Option<&BooleanChunked> = $valid;
-        let values: BooleanChunked = match valid {
-            None => BooleanChunked::from_slice(stringify!($name).into(), &v),
-            Some(m) => v
-                .iter()
-                .enumerate()
-                .map(|(i, &x)| (m.get(i) == Some(true)).then_some(x))
-                .collect::<BooleanChunked>()
-                .with_name(stringify!($name).into()),
-        };
-        values.into_series().into()
+        let values =
+            polars_arrow::array::BooleanArray::from_slice(&v).with_validity(bitmap!($valid));
+        BooleanChunked::with_chunk(stringify!($name).into(), values)
+            .into_series()
+            .into()
     }};
     ($kinds:ident, $name:ident, U64, $v:expr, $valid:expr) => {
         UInt64Chunked::from_vec_validity(stringify!($name).into(), $v, bitmap!($valid))
@@ -247,6 +241,8 @@ macro_rules! define_columns {
         #[allow(dead_code)]
         pub(super) struct ColumnKinds {
             addrs: AddrCache,
+            /// Per algorithm id: which groups of columns its events fill.
+            fills: [[bool; GROUPS.len()]; 256],
             $( $name: state_ty!($kind), )*
         }
 
@@ -254,6 +250,7 @@ macro_rules! define_columns {
             pub(super) fn new() -> Result<ColumnKinds> {
                 Ok(ColumnKinds {
                     addrs: AddrCache::new(),
+                    fills: std::array::from_fn(|id| GROUPS.map(|g| registry::fills(id as u8, g))),
                     $( $name: state_new!($kind $(($f))?), )*
                 })
             }
@@ -286,8 +283,8 @@ macro_rules! define_columns {
                 // every column the same length.
                 $( let $name = { let $e = e; stored!(kinds, $name, $kind, $val) }; )*
                 $( self.$name.push($name); )*
-                for (g, fills) in GROUPS.iter().zip(self.fills.iter_mut()) {
-                    fills.push(registry::fills(e.algo, *g));
+                for (&fill, fills) in kinds.fills[e.algo as usize].iter().zip(self.fills.iter_mut()) {
+                    fills.push(fill);
                 }
                 Ok(())
             }

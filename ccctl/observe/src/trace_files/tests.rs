@@ -412,3 +412,73 @@ fn csv_round_trip() {
 pub(crate) fn tempdir() -> ccctl_core::sys::ScratchDir {
     ccctl_core::sys::scratch_dir("trace-test").expect("temporary directory")
 }
+
+/// The pages' statistics: min/max on the columns a reader filters a trace
+/// by (time, flow, ports), so a scan can skip row groups; a null count on
+/// every column; no min/max on the others (they cost CPU per event and no
+/// reader filters on them).
+#[test]
+fn parquet_min_max_only_where_readers_filter() {
+    use polars_parquet::parquet::statistics::Statistics;
+    let dir = tempdir();
+    let path = dir.join("t.parquet");
+    let n = 40_000u64;
+    let mut sink: Box<dyn Sink> =
+        Box::new(ParquetSink::with_row_group(&path, meta(), 16_384).unwrap());
+    for i in 0..n {
+        sink.push(&synthetic_event(i)).unwrap();
+    }
+    sink.finish(0).unwrap();
+
+    let mut reader = ParquetReader::new(File::open(&path).unwrap());
+    let md = reader.get_metadata().unwrap().clone();
+    assert_eq!(md.row_groups.len(), 3);
+    let stats = |group: usize, name: &str| {
+        let col = md.row_groups[group]
+            .parquet_columns()
+            .iter()
+            .find(|c| {
+                c.descriptor()
+                    .path_in_schema
+                    .iter()
+                    .map(|s| s.as_str())
+                    .eq([name])
+            })
+            .unwrap_or_else(|| panic!("no column {name}"));
+        col.statistics(&md.footer_buf)
+            .unwrap_or_else(|| panic!("{name}: no statistics"))
+            .unwrap()
+    };
+    // Row group 1 holds events 16384..32767.
+    match stats(1, "ts_ns") {
+        Statistics::Int64(s) => {
+            assert_eq!(s.min_value, Some(synthetic_event(16_384).ts_ns as i64));
+            assert_eq!(s.max_value, Some(synthetic_event(32_767).ts_ns as i64));
+            assert_eq!(s.null_count, Some(0));
+        }
+        other => panic!("ts_ns: {other:?}"),
+    }
+    for name in ["flow_id", "sport", "dport"] {
+        let has_min_max = match stats(1, name) {
+            Statistics::Int64(s) => s.min_value.is_some() && s.max_value.is_some(),
+            Statistics::Int32(s) => s.min_value.is_some() && s.max_value.is_some(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(has_min_max, "{name}: min/max expected");
+    }
+    // A quarter of the rows are D*'s (every fourth flow).
+    match stats(1, "dstar_bdp") {
+        Statistics::Int32(s) => {
+            assert_eq!((s.min_value, s.max_value), (None, None));
+            assert_eq!(s.null_count, Some(16_384 * 3 / 4));
+        }
+        other => panic!("dstar_bdp: {other:?}"),
+    }
+    match stats(0, "cwnd") {
+        Statistics::Int32(s) => {
+            assert_eq!((s.min_value, s.max_value), (None, None));
+            assert_eq!(s.null_count, Some(0));
+        }
+        other => panic!("cwnd: {other:?}"),
+    }
+}

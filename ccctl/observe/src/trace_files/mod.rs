@@ -20,6 +20,7 @@
 //! `ccctl.monotonic_offset_ns`, `ccctl.version`, `ccctl.kernel`.
 mod columns;
 mod csv;
+mod pages;
 mod parquet;
 mod rotate;
 #[cfg(test)]

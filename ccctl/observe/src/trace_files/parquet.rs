@@ -63,8 +63,8 @@ impl ParquetSink {
         host: Option<String>,
     ) -> Result<ParquetSink> {
         let row_group = row_group.max(1);
-        let kinds = ColumnKinds::new()?;
-        let empty = with_host_column(Columns::with_capacity(0).into_frame(&kinds)?, &host)?;
+        let mut kinds = ColumnKinds::new()?;
+        let empty = with_host_column(Columns::with_capacity(0).into_frame(&mut kinds)?, &host)?;
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let (tx, rx) = mpsc::sync_channel(1);
         let what = path.display().to_string();
@@ -106,7 +106,7 @@ impl ParquetSink {
             return Ok(());
         }
         let full = std::mem::replace(&mut self.cols, Columns::with_capacity(self.row_group));
-        let df = with_host_column(full.into_frame(&self.kinds)?, &self.host)?;
+        let df = with_host_column(full.into_frame(&mut self.kinds)?, &self.host)?;
         self.send(Msg::Batch(df))
     }
 

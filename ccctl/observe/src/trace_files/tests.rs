@@ -482,3 +482,31 @@ fn parquet_min_max_only_where_readers_filter() {
         other => panic!("cwnd: {other:?}"),
     }
 }
+
+/// Row groups that are no multiple of the consumer's staging block (256
+/// events) keep every event, in order, in the row group it was pushed to.
+#[test]
+fn parquet_row_groups_cut_through_a_staged_block() {
+    let dir = tempdir();
+    let path = dir.join("t.parquet");
+    let mut sink: Box<dyn Sink> =
+        Box::new(ParquetSink::with_row_group(&path, meta(), 300).unwrap());
+    for i in 0..1_000 {
+        sink.push(&synthetic_event(i)).unwrap();
+    }
+    assert_eq!(sink.finish(0).unwrap(), 1_000);
+    let mut reader = ParquetReader::new(File::open(&path).unwrap());
+    let md = reader.get_metadata().unwrap().clone();
+    let sizes: Vec<usize> = md.row_groups.iter().map(|g| g.num_rows()).collect();
+    assert_eq!(sizes, [300, 300, 300, 100]);
+    let df = reader.finish().unwrap();
+    let ts: Vec<u64> = df
+        .column("ts_ns")
+        .unwrap()
+        .u64()
+        .unwrap()
+        .into_no_null_iter()
+        .collect();
+    let want: Vec<u64> = (0..1_000).map(|i| synthetic_event(i).ts_ns).collect();
+    assert_eq!(ts, want);
+}

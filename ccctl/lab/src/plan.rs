@@ -11,8 +11,10 @@
 //!    `testbed-limited`: the testbed, not the algorithm, is the bottleneck
 //!    (an emulated CPU that cannot keep up looks like an inefficient
 //!    congestion control otherwise).
-//! 2. **main** runs: each match-up x each repetition, repetition-major
-//!    (A B A B: a drift of the testbed hits every match-up alike).
+//! 2. **main** runs: each match-up x each repetition, repetition-major, the
+//!    match-ups in reverse order on odd repetitions (A B, B A, A B ...: a
+//!    drift of the testbed, and whatever a run inherits from the one before
+//!    it, hits every match-up alike).
 //! 3. **baselines** (unless `baselines = false`), once per link and shared by
 //!    every match-up and repetition on it:
 //!    - `solo`: each distinct flow (cc, RTT, duration) alone on the link, the
@@ -222,11 +224,23 @@ pub fn plan(sc: &Scenario) -> Plan {
             .into_iter()
             .map(|groups| sc.flow_plans(groups, &link))
             .collect();
-        // Repetition-major (A B A B ...): a drift of the testbed over the
-        // run then hits every match-up alike instead of passing for an
-        // effect of the one measured last.
+        // Repetition-major, the match-ups' order reversed on every other
+        // repetition (A B C, C B A, A B C ...): a drift of the testbed over
+        // the run hits every match-up alike, and so does whatever a run
+        // inherits from the one before it. With a fixed order (A B A B)
+        // the one-flow patched_bbr/bpf_bbr pair of patched-no-gate read a
+        // mean RTT ratio of 1.048 with patched_bbr first and 0.954 with
+        // bpf_bbr first, the same day: the first run of a pair, right after
+        // a five-flow run, read 55-64 ms where the others read 52
+        // (docs/notebook/2026-11-28-consumer-and-run-order.md).
         for rep in 0..sc.repetitions {
-            for (m, flows) in matchups.iter().enumerate() {
+            let order: Vec<usize> = if rep % 2 == 0 {
+                (0..matchups.len()).collect()
+            } else {
+                (0..matchups.len()).rev().collect()
+            };
+            for m in order {
+                let flows = &matchups[m];
                 push(
                     &mut jobs,
                     Job {
@@ -327,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn repetitions_interleave_the_matchups() {
+    fn repetitions_interleave_the_matchups_in_alternating_order() {
         let sc = scenario(
             "repetitions = 3\nbaselines = false\n[sweep]\nflows = [\"cubic:1, reno:1\", \"bbr:1, cubic:1\"]",
         );
@@ -342,8 +356,8 @@ mod tests {
             [
                 (0, Some(0)),
                 (0, Some(1)),
-                (1, Some(0)),
                 (1, Some(1)),
+                (1, Some(0)),
                 (2, Some(0)),
                 (2, Some(1))
             ]

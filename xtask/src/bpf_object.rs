@@ -8,7 +8,9 @@
 //! `clang <those> -I <its libbpf headers> -fno-stack-protector
 //! -D__TARGET_ARCH_<arch> -g -O2 -target bpf -c SRC -o OBJ`, the headers
 //! being the ones libbpf-sys vendors (`libbpf/src/*.h` of the libbpf-sys
-//! in Cargo.lock, written out as `bpf/*.h`). This file does the same,
+//! in Cargo.lock, written out as `bpf/*.h`), then links the result with
+//! libbpf's BPF linker (which drops DWARF). This file does the clang step
+//! (the mutants link too: `ObjectBuilder` in xtask/src/mutants.rs),
 //! finding libbpf-sys through `cargo metadata`. Shared, by `#[path]`, by
 //! xtask and the test crate, so there is one copy of the command line;
 //! std and serde_json only.
@@ -79,7 +81,11 @@ impl BpfCompiler {
                 .map_err(|e| format!("copying {} from {}: {e}", h, src.display()))?;
         }
         Ok(BpfCompiler {
-            bpf_dir: workspace.join("bpf"),
+            // Spelled as ccctl-core's build.rs spells it
+            // (`CARGO_MANIFEST_DIR/../../bpf`): clang writes the source
+            // paths into the object's BTF line info, so the same bytes
+            // need the same spelling.
+            bpf_dir: workspace.join("ccctl/core/../../bpf"),
             include,
         })
     }

@@ -4,7 +4,9 @@
 //! Each mutant is a `CCCTL_MUTANT_<NAME>` block in bpf/ (ccctl's own build
 //! defines none). For each, this compiles the algorithm's object with
 //! `-DCCCTL_MUTANT_<NAME>` the way ccctl's build compiles it
-//! ([`crate::bpf_object`]), runs the host test named as its killer with
+//! ([`crate::bpf_object`]) and links it as libbpf-cargo does
+//! ([`ObjectBuilder`]; unmutated, the result is the object ccctl embeds,
+//! byte for byte: a unit test checks), runs the host test named as its killer with
 //! `CCCTL_TEST_OBJECT=<kernel name>=<object>` (the tests' `ccctl load`
 //! then loads that file: tests/common/mod.rs), and expects the test to
 //! fail on the assertion named here. First, each killer test runs once
@@ -13,10 +15,14 @@
 //! it. A mutant is `killed` only if its killer failed with the expected
 //! assertion after loading the mutant; anything else (passed, failed
 //! elsewhere, timed out) fails the run. `cargo xtask test` runs this as a
-//! phase. docs/testing.md has the table.
+//! phase, after the host phase: there a killer that passed in the host
+//! phase needs no control run if the unmutated object compiled here is
+//! byte for byte the one ccctl embeds (read from ccctl-core's generated
+//! skeleton), since the host phase ran that test on those bytes (each
+//! control took 10-25 s, 108 s in all). docs/testing.md has the table.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fs,
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -249,15 +255,123 @@ fn run_test(
     })
 }
 
+/// What the host phase of the same `cargo xtask test` run showed: the
+/// tests that passed, and where ccctl's build wrote the skeletons (and so
+/// the BPF objects) ccctl embeds.
+pub struct HostPhase<'a> {
+    pub passed: &'a BTreeSet<String>,
+    /// ccctl-core's OUT_DIR in the build of the ccctl under test.
+    pub skeletons: PathBuf,
+}
+
+/// The BPF object a libbpf-cargo skeleton embeds (`static DATA: [u8; N] =
+/// [b0, b1, ...];` in `<stem>.skel.rs`).
+pub fn embedded_object(skeleton_text: &str) -> Result<Vec<u8>> {
+    let (_, rest) = skeleton_text
+        .split_once("static DATA: [u8; ")
+        .context("no `static DATA: [u8; N]` in the skeleton")?;
+    let (len, rest) = rest
+        .split_once("] = [")
+        .context("the skeleton's DATA has no `] = [`")?;
+    let len: usize = len
+        .trim()
+        .parse()
+        .with_context(|| format!("the skeleton's DATA length `{len}` is not a number"))?;
+    let (bytes, _) = rest
+        .split_once(']')
+        .context("the skeleton's DATA has no closing `]`")?;
+    let bytes = bytes
+        .split(',')
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .map(|b| {
+            b.parse::<u8>()
+                .with_context(|| format!("`{b}` in the skeleton's DATA is not a byte"))
+        })
+        .collect::<Result<Vec<u8>>>()?;
+    anyhow::ensure!(
+        bytes.len() == len,
+        "the skeleton's DATA holds {} bytes, its type says {len}",
+        bytes.len()
+    );
+    Ok(bytes)
+}
+
+/// Compiles and links `bpf/<stem>.bpf.c` as ccctl's build does: clang
+/// ([`BpfCompiler`]), then libbpf's BPF linker, which libbpf-cargo runs
+/// after clang (it drops DWARF). The linker is the test crate's
+/// `link_bpf` example (`linker`): xtask itself builds before `setup` has
+/// installed what libbpf's C build needs.
+pub struct ObjectBuilder {
+    compiler: BpfCompiler,
+    linker: PathBuf,
+}
+
+impl ObjectBuilder {
+    pub fn new(scratch: &Path) -> Result<ObjectBuilder> {
+        let compiler =
+            BpfCompiler::new(&proc::workspace_root(), scratch).map_err(anyhow::Error::msg)?;
+        let linker = proc::cargo_build_json(
+            &["build", "-p", "ccctl-tests", "--example", "link_bpf"],
+            |name, kinds, _| name == "link_bpf" && kinds.iter().any(|k| k == "example"),
+        )?;
+        Ok(ObjectBuilder { compiler, linker })
+    }
+
+    /// The object of `stem` with `defines` in `out`; the error carries
+    /// clang's or the linker's messages.
+    pub fn build(&self, stem: &str, defines: &[&str], out: &Path) -> Result<(), String> {
+        let raw = out.with_extension("clang.o");
+        self.compiler.compile(stem, defines, &raw)?;
+        let res = Command::new(&self.linker)
+            .arg(out)
+            .arg(&raw)
+            .output()
+            .map_err(|e| format!("running {}: {e}", self.linker.display()))?;
+        let _ = fs::remove_file(&raw);
+        if !res.status.success() {
+            return Err(format!(
+                "linking bpf/{stem}.bpf.c with {defines:?} failed:\n{}",
+                String::from_utf8_lossy(&res.stderr)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether the host phase stands in for a killer's control: it passed
+/// there, and `object` (compiled here, unmutated) is the object ccctl
+/// embeds, byte for byte. Why not, if not.
+fn host_phase_is_control(host: &HostPhase, m: &Mutant, object: &Path) -> Result<(), String> {
+    if !host.passed.contains(m.killer) {
+        return Err("it did not pass in the host phase (or its line was not read)".into());
+    }
+    let skeleton = host.skeletons.join(format!("{}.skel.rs", m.stem));
+    let embedded = fs::read_to_string(&skeleton)
+        .map_err(|e| format!("reading {}: {e}", skeleton.display()))
+        .and_then(|t| embedded_object(&t).map_err(|e| format!("{}: {e:#}", skeleton.display())))?;
+    let compiled = fs::read(object).map_err(|e| format!("reading {}: {e}", object.display()))?;
+    if compiled != embedded {
+        return Err(format!(
+            "{} ({} B) differs from the object ccctl embeds ({} B)",
+            object.display(),
+            compiled.len(),
+            embedded.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Runs every mutant (or those `only` selects) against `ccctl`; prints the
-/// table. The rows, in catalogue order.
-pub fn run(ccctl: &Path, only: Option<&str>) -> Result<Vec<Row>> {
+/// table. The rows, in catalogue order. With `host`, a killer that passed
+/// in the host phase on the same object bytes is not run again as its
+/// control.
+pub fn run(ccctl: &Path, only: Option<&str>, host: Option<&HostPhase>) -> Result<Vec<Row>> {
     let started = Instant::now();
-    let root = proc::workspace_root();
     let scratch = proc::target_dir()?.join("mutants");
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(scratch.join("logs"))?;
-    let compiler = BpfCompiler::new(&root, &scratch).map_err(anyhow::Error::msg)?;
+    let compiler = ObjectBuilder::new(&scratch)?;
     eprintln!("xtask mutants: building the host test binary");
     let exe = proc::cargo_build_json(
         &["test", "-p", "ccctl-tests", "--test", "host", "--no-run"],
@@ -278,8 +392,24 @@ pub fn run(ccctl: &Path, only: Option<&str>) -> Result<Vec<Row>> {
         let obj = scratch.join(format!("{}.bpf.o", m.stem));
         if !obj.exists() {
             compiler
-                .compile(m.stem, &[], &obj)
+                .build(m.stem, &[], &obj)
                 .map_err(anyhow::Error::msg)?;
+        }
+        if let Some(host) = host {
+            match host_phase_is_control(host, m, &obj) {
+                Ok(()) => {
+                    eprintln!(
+                        "xtask mutants: control {}: passed in the host phase on the same object bytes",
+                        m.killer
+                    );
+                    controls.insert(m.killer, Ok(()));
+                    continue;
+                }
+                Err(why) => eprintln!(
+                    "xtask mutants: control {}: the host phase does not stand in ({why}); running it",
+                    m.killer
+                ),
+            }
         }
         eprintln!(
             "xtask mutants: control: {} with bpf/{}.bpf.c unmutated",
@@ -317,7 +447,7 @@ pub fn run(ccctl: &Path, only: Option<&str>) -> Result<Vec<Row>> {
         let start = Instant::now();
         let outcome = match (
             &controls[m.killer],
-            compiler.compile(m.stem, &[&define], &obj),
+            compiler.build(m.stem, &[&define], &obj),
         ) {
             (Err(why), _) => Outcome::Error(why.clone()),
             (_, Err(why)) => Outcome::Error(why),
@@ -403,7 +533,7 @@ fn ccctl_build() -> Result<PathBuf> {
 
 pub fn main(args: MutantsArgs) -> Result<i32> {
     let ccctl = ccctl_build()?;
-    let rows = run(&ccctl, args.only.as_deref())?;
+    let rows = run(&ccctl, args.only.as_deref(), None)?;
     let _ = Command::new(&ccctl).args(["unload", "--all"]).status();
     let bad = rows
         .iter()
@@ -431,6 +561,78 @@ mod tests {
             Some("STARTUP must pace at 2.885: events 0..=3 second line")
         );
         assert_eq!(panic_message("test x ... ok\n"), None);
+    }
+
+    #[test]
+    fn the_embedded_object_is_read_from_a_skeleton() {
+        let skel = "    #[unsafe(link_section = \".bpf.objs\")]\n    \
+            static DATA: [u8; 5] = [\n        127, 69, 76,\n        70, 2,\n    ];\n}\n";
+        assert_eq!(embedded_object(skel).unwrap(), [127, 69, 76, 70, 2]);
+        let short = skel.replace("[u8; 5]", "[u8; 6]");
+        assert!(format!("{:#}", embedded_object(&short).unwrap_err()).contains("holds 5 bytes"));
+        let bad = skel.replace("70,", "700,");
+        assert!(format!("{:#}", embedded_object(&bad).unwrap_err()).contains("`700`"));
+        assert!(embedded_object("fn main() {}").is_err());
+    }
+
+    /// The host phase stands in for a control only for a test that passed
+    /// there and an object identical to the embedded one.
+    #[test]
+    fn the_host_phase_stands_in_only_for_the_same_bytes() {
+        let dir = ccctl_sys::scratch_dir("xtask-mutants-control").unwrap();
+        let m = &MUTANTS[0];
+        fs::write(
+            dir.join(format!("{}.skel.rs", m.stem)),
+            "static DATA: [u8; 3] = [1, 2, 3];",
+        )
+        .unwrap();
+        let same = dir.join("same.o");
+        fs::write(&same, [1u8, 2, 3]).unwrap();
+        let other = dir.join("other.o");
+        fs::write(&other, [1u8, 2, 4]).unwrap();
+        let passed: BTreeSet<String> = [m.killer.to_string()].into();
+        let host = HostPhase {
+            passed: &passed,
+            skeletons: dir.to_path_buf(),
+        };
+        assert_eq!(host_phase_is_control(&host, m, &same), Ok(()));
+        assert!(host_phase_is_control(&host, m, &other)
+            .unwrap_err()
+            .contains("differs"));
+        let none = BTreeSet::new();
+        let failed = HostPhase {
+            passed: &none,
+            skeletons: dir.to_path_buf(),
+        };
+        assert!(host_phase_is_control(&failed, m, &same)
+            .unwrap_err()
+            .contains("did not pass"));
+    }
+
+    /// The premise of the mutants and of the host phase standing in for
+    /// their controls: compiled here without a mutant, each algorithm's
+    /// object is the one ccctl's build embeds, byte for byte.
+    #[test]
+    fn unmutated_objects_are_the_ones_ccctl_embeds() {
+        let skeletons =
+            proc::cargo_build_script_out_dir(&["build", "-p", "ccctl", "--bins"], "ccctl-core")
+                .unwrap();
+        let scratch = ccctl_sys::scratch_dir("xtask-mutants-objects").unwrap();
+        let compiler = ObjectBuilder::new(&scratch).unwrap();
+        let stems: BTreeSet<&str> = MUTANTS.iter().map(|m| m.stem).collect();
+        for stem in stems {
+            let obj = scratch.join(format!("{stem}.bpf.o"));
+            compiler.build(stem, &[], &obj).unwrap();
+            let text = fs::read_to_string(skeletons.join(format!("{stem}.skel.rs"))).unwrap();
+            let embedded = embedded_object(&text).unwrap();
+            let compiled = fs::read(&obj).unwrap();
+            assert!(
+                compiled == embedded,
+                "bpf/{stem}.bpf.c compiled by xtask ({} B) is not the object ccctl embeds ({} B)",
+                compiled.len(),
+                embedded.len()
+            );
+        }
     }
 
     #[test]

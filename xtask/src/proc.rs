@@ -281,6 +281,32 @@ pub fn target_dir() -> Result<PathBuf> {
 /// Build with `--message-format=json-render-diagnostics` and return the
 /// executable of the artifact for which `pick(target_name, kinds, is_test)`
 /// holds. Diagnostics go to stderr as usual.
+/// The OUT_DIR of `package`'s build script in `cargo <args>` (a build;
+/// cargo reports it for fresh builds too).
+pub fn cargo_build_script_out_dir(args: &[&str], package: &str) -> Result<PathBuf> {
+    let out = capture(
+        cargo()
+            .args(args)
+            .arg("--message-format=json-render-diagnostics")
+            .current_dir(workspace_root()),
+    )?;
+    out.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|v| v["reason"] == "build-script-executed")
+        .filter(|v| {
+            v["package_id"]
+                .as_str()
+                .is_some_and(|id| id.contains(&format!("#{package}@")))
+        })
+        .find_map(|v| v["out_dir"].as_str().map(PathBuf::from))
+        .with_context(|| {
+            format!(
+                "`cargo {}` reported no build script output of {package}",
+                args.join(" ")
+            )
+        })
+}
+
 pub fn cargo_build_json(
     args: &[&str],
     pick: impl Fn(&str, &[String], bool) -> bool,

@@ -12,6 +12,7 @@
 //! phases run with TMPDIR set to a directory of their own, which must be
 //! empty when they end (a test that leaves a file behind fails the run).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -139,6 +140,18 @@ struct Phase {
     /// What failed, a line each, repeated in the run's last lines (CI
     /// shows a run's tail; the phase's own output may be far above it).
     failing: Vec<String>,
+    /// The tests that passed (`test NAME ... ok` whole on one line).
+    passed: BTreeSet<String>,
+}
+
+/// The names of libtest's passed tests. A line split by a child process's
+/// output is not read: its test then counts as not seen here.
+fn passed_tests(output: &str) -> BTreeSet<String> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... ok"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The names of libtest's failed tests (`test NAME ... FAILED`).
@@ -168,6 +181,7 @@ impl Phase {
             counts,
             broken,
             failing: failed_tests(output),
+            passed: passed_tests(output),
         }
     }
 
@@ -177,6 +191,7 @@ impl Phase {
             counts: Counts::default(),
             broken: Some(why),
             failing: Vec::new(),
+            passed: BTreeSet::new(),
         }
     }
 }
@@ -201,11 +216,25 @@ fn cargo_test(name: &'static str, args: &[&str], ccctl: &Path, timeout: Duration
 }
 
 /// The mutants: each killed is a pass, each not killed (survived, or the
-/// run could not tell) a failure.
-fn mutants_phase(ccctl: &Path) -> Result<Phase> {
+/// run could not tell) a failure. `host_passed`: the host phase's passed
+/// tests, which stand in for the killers' controls where the objects are
+/// the same bytes.
+fn mutants_phase(ccctl: &Path, host_passed: &BTreeSet<String>) -> Result<Phase> {
     const NAME: &str = "mutants";
     eprintln!("xtask test: {NAME}: cargo xtask mutants");
-    let rows = match crate::mutants::run(ccctl, None) {
+    let host =
+        match proc::cargo_build_script_out_dir(&["build", "-p", "ccctl", "--bins"], "ccctl-core") {
+            Ok(skeletons) => Some(crate::mutants::HostPhase {
+                passed: host_passed,
+                skeletons,
+            }),
+            Err(e) => {
+                proc::bail_if_interrupted()?;
+                eprintln!("xtask test: {NAME}: every control runs: {e:#}");
+                None
+            }
+        };
+    let rows = match crate::mutants::run(ccctl, None, host.as_ref()) {
         Ok(rows) => rows,
         Err(e) => {
             proc::bail_if_interrupted()?;
@@ -240,6 +269,7 @@ fn mutants_phase(ccctl: &Path) -> Result<Phase> {
         },
         broken: None,
         failing,
+        passed: BTreeSet::new(),
     })
 }
 
@@ -264,6 +294,7 @@ fn left_in_temp_dir(dir: &Path) -> Phase {
             },
             broken: None,
             failing: Vec::new(),
+            passed: BTreeSet::new(),
         };
     }
     let mut left = left;
@@ -281,6 +312,7 @@ fn left_in_temp_dir(dir: &Path) -> Phase {
             left.len(),
             left.join(", ")
         )],
+        passed: BTreeSet::new(),
     }
 }
 
@@ -377,7 +409,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
                         &ccctl,
                         UNIT_TIMEOUT,
                     )?);
-                    phases.push(cargo_test(
+                    let host_tests = cargo_test(
                         "host tests",
                         &[
                             "test",
@@ -391,8 +423,10 @@ pub fn main(args: TestArgs) -> Result<i32> {
                         ],
                         &ccctl,
                         HOST_TIMEOUT,
-                    )?);
-                    phases.push(mutants_phase(&ccctl)?);
+                    )?;
+                    let host_passed = host_tests.passed.clone();
+                    phases.push(host_tests);
+                    phases.push(mutants_phase(&ccctl, &host_passed)?);
                     Ok(())
                 })();
                 // The tests restore what they load, but not if they were killed
@@ -480,6 +514,17 @@ mod tests {
             dirty.failing,
             ["2 entries left in the tests' TMPDIR: ccctl-lab-ping-1-0.txt, ccctl-test-x-1-0"]
         );
+    }
+
+    #[test]
+    fn passed_tests_are_read_only_from_whole_lines() {
+        let out = "test a::one ... ok\n\
+            test a::two ... FAILED\n\
+            test a::three ... ccctl lab: something\n\
+            ok\n\
+            test result: ok. 2 passed; 1 failed; 0 ignored\n";
+        let passed = passed_tests(out);
+        assert_eq!(passed.into_iter().collect::<Vec<_>>(), ["a::one"]);
     }
 
     #[test]

@@ -278,20 +278,26 @@ pub fn target_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(dir))
 }
 
-/// Build with `--message-format=json-render-diagnostics` and return the
-/// executable of the artifact for which `pick(target_name, kinds, is_test)`
-/// holds. Diagnostics go to stderr as usual.
-/// The OUT_DIR of `package`'s build script in `cargo <args>` (a build;
-/// cargo reports it for fresh builds too).
-pub fn cargo_build_script_out_dir(args: &[&str], package: &str) -> Result<PathBuf> {
+/// The JSON messages of `cargo <args> --message-format=json-render-diagnostics`
+/// (a build); diagnostics go to stderr as usual.
+fn cargo_messages(args: &[&str]) -> Result<Vec<serde_json::Value>> {
     let out = capture(
         cargo()
             .args(args)
             .arg("--message-format=json-render-diagnostics")
             .current_dir(workspace_root()),
     )?;
-    out.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    Ok(out
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect())
+}
+
+/// The OUT_DIR of `package`'s build script in `cargo <args>` (a build;
+/// cargo reports it for fresh builds too).
+pub fn cargo_build_script_out_dir(args: &[&str], package: &str) -> Result<PathBuf> {
+    cargo_messages(args)?
+        .into_iter()
         .filter(|v| v["reason"] == "build-script-executed")
         .filter(|v| {
             v["package_id"]
@@ -307,21 +313,15 @@ pub fn cargo_build_script_out_dir(args: &[&str], package: &str) -> Result<PathBu
         })
 }
 
+/// Build with `--message-format=json-render-diagnostics` and return the
+/// executable of the artifact for which `pick(target_name, kinds, is_test)`
+/// holds. Diagnostics go to stderr as usual.
 pub fn cargo_build_json(
     args: &[&str],
     pick: impl Fn(&str, &[String], bool) -> bool,
 ) -> Result<PathBuf> {
-    let out = capture(
-        cargo()
-            .args(args)
-            .arg("--message-format=json-render-diagnostics")
-            .current_dir(workspace_root()),
-    )?;
     let mut found = None;
-    for line in out.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
+    for v in cargo_messages(args)? {
         if v["reason"] != "compiler-artifact" {
             continue;
         }

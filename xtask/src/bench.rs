@@ -132,20 +132,6 @@ impl Drop for Netns {
     }
 }
 
-/// Busy and total jiffies over all CPUs.
-fn cpu_jiffies() -> Result<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    let line = stat.lines().next().context("empty /proc/stat")?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    Ok((total - idle, total))
-}
-
 struct Flow {
     bits_per_s: f64,
     bytes: f64,
@@ -178,7 +164,7 @@ fn flow_between(
         .context("starting iperf3 -s")?;
     std::thread::sleep(Duration::from_millis(300));
     let hz = 100.0; // USER_HZ
-    let (b0, _) = cpu_jiffies()?;
+    let b0 = proc::cpu_ticks_now()?.busy;
     let out = client
         .cmd(&[
             "iperf3",
@@ -194,7 +180,7 @@ fn flow_between(
         ])
         .output()
         .context("running iperf3 -c")?;
-    let (b1, _) = cpu_jiffies()?;
+    let b1 = proc::cpu_ticks_now()?.busy;
     let _ = server.wait();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 JSON")?;
     if let Some(e) = v.get("error") {

@@ -164,19 +164,6 @@ struct Load {
     worst_minute_at: f64,
 }
 
-/// `/proc/stat`'s first line: (steal, all) in clock ticks.
-fn cpu_ticks(stat: &str) -> Option<(u64, u64)> {
-    let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let ticks: Vec<u64> = line
-        .split_whitespace()
-        .map(|t| t.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal [guest guest_nice]:
-    // guest time is already in user.
-    let all = ticks.iter().take(8).sum();
-    Some((*ticks.get(7)?, all))
-}
-
 /// The load from samples (seconds since the start, steal ticks, all
 /// ticks), taken about once a second.
 fn load_of(samples: &[(f64, u64, u64)]) -> Option<Load> {
@@ -215,12 +202,8 @@ fn with_load(phase: impl FnOnce() -> Result<Phase>) -> Result<Phase> {
             let mut samples = Vec::new();
             loop {
                 let done = stop.load(std::sync::atomic::Ordering::Relaxed);
-                if let Some((steal, all)) = std::fs::read_to_string("/proc/stat")
-                    .ok()
-                    .as_deref()
-                    .and_then(cpu_ticks)
-                {
-                    samples.push((start.elapsed().as_secs_f64(), steal, all));
+                if let Ok(t) = proc::cpu_ticks_now() {
+                    samples.push((start.elapsed().as_secs_f64(), t.steal, t.all));
                 }
                 if done {
                     return samples;
@@ -688,10 +671,14 @@ mod tests {
     #[test]
     fn steal_is_read_from_proc_stat_and_its_worst_minute_found() {
         assert_eq!(
-            cpu_ticks("cpu  100 5 20 800 3 0 2 70 9 0\ncpu0 1 2 3\n"),
-            Some((70, 1000))
+            proc::cpu_ticks("cpu  100 5 20 800 3 0 2 70 9 0\ncpu0 1 2 3\n"),
+            Some(proc::CpuTicks {
+                busy: 197,
+                steal: 70,
+                all: 1000
+            })
         );
-        assert_eq!(cpu_ticks("intr 1 2\n"), None);
+        assert_eq!(proc::cpu_ticks("intr 1 2\n"), None);
         // Two minutes at 200 ticks a second; 30 s of 50 % steal from 70 s.
         let mut samples = Vec::new();
         let (mut steal, mut all) = (0, 0);

@@ -431,10 +431,19 @@ pub fn judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
 /// connections alone, then, once the canary started, 4 more on the
 /// canary's side of the hash, which get ccctl's BBR with cwnd_gain 3 on a
 /// 0.25 BDP buffer: the control's goodput per connection falls far below
-/// the baseline's total over today's 8 connections (harm > 0.3 held 3 s:
+/// the baseline's total over today's 8 connections (harm > 0.6 held 3 s:
 /// rolled back, the audit line names the control's harm and carries the
 /// baseline). Harmless: the same with Reno as the canary: 8 connections
 /// share the path as 8 Cubic ones would, no rollback in 15 s.
+///
+/// The limit sits between the two cases with room on both sides: the
+/// harmful canary's goodput harm read 0.94-0.95 (2026-11-28, three idle
+/// runs); the harmless one's stayed below 0.05 for every 3 s hold (an idle
+/// run with the limit at 0.05). At 0.3 the test failed once in CI, during
+/// a minute of 29.7 % CPU steal (CI's excerpt does not say which check):
+/// the path emulator runs in userspace, so a busy host thins the path for
+/// both groups, and the control then reads as harmed against its idle
+/// baseline; 0.6 asks for twice that before a harmless canary goes.
 pub fn judge_holds_the_control_harm_against_its_baseline() {
     let _g = PolicyGuard::new();
     let tb = shallow_testbed();
@@ -447,7 +456,7 @@ pub fn judge_holds_the_control_harm_against_its_baseline() {
         &audit_path,
         (bad_port, good_port),
         "",
-        "baseline = \"4s\"\nmax_control_harm = 0.3\nmax_rtt_ratio = 100.0\nmax_retrans_ratio = 1000.0\nmin_goodput_ratio = 0.01\n",
+        "baseline = \"4s\"\nmax_control_harm = 0.6\nmax_rtt_ratio = 100.0\nmax_retrans_ratio = 1000.0\nmin_goodput_ratio = 0.01\n",
         "baseline",
     );
     let window = Duration::from_secs(15);

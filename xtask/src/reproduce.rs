@@ -77,6 +77,19 @@ fn mins(secs: f64) -> String {
     format!("{}m{:02}s", (secs / 60.0) as u64, (secs % 60.0) as u64)
 }
 
+/// The cargo arguments that build the reproduction tool (see `main`).
+pub const REPRODUCTION_TOOL_BUILD: [&str; 9] = [
+    "build",
+    "-p",
+    "ccctl",
+    "-p",
+    "ccctl-lab",
+    "--bin",
+    "ccctl",
+    "--example",
+    "reproduction",
+];
+
 pub fn main(args: ReproduceArgs) -> Result<i32> {
     let root = proc::workspace_root();
     let ccctl = match &args.ccctl {
@@ -97,12 +110,15 @@ pub fn main(args: ReproduceArgs) -> Result<i32> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
     // The suite's plan and report: an example of ccctl-lab (research
-    // tooling, not in the ccctl users install).
+    // tooling, not in the ccctl users install). Built together with ccctl's
+    // binary so that cargo unifies the features of the crates both share and
+    // builds them once: `-p ccctl-lab` alone enables fewer features on tokio
+    // and regex and so compiled polars and everything on it a second time
+    // (2 min 29 s of CI's host phase).
     eprintln!("reproduce: building the reproduction tool (debug)");
-    let tool = proc::cargo_build_json(
-        &["build", "-p", "ccctl-lab", "--example", "reproduction"],
-        |name, kinds, _| name == "reproduction" && kinds.iter().any(|k| k == "example"),
-    )?;
+    let tool = proc::cargo_build_json(&REPRODUCTION_TOOL_BUILD, |name, kinds, _| {
+        name == "reproduction" && kinds.iter().any(|k| k == "example")
+    })?;
     if args.report_only {
         let code = report(&tool, &out)?;
         if args.docs {

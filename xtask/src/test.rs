@@ -623,26 +623,66 @@ mod tests {
     }
 
     /// The features of every crate both graphs share, per `cargo tree`.
+    /// Every crate in the build of `packages` (with `edges`, as `cargo tree
+    /// -e` takes them) and the feature sets cargo enables on it.
+    fn features_in(
+        packages: &[&str],
+        edges: &str,
+    ) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+        let mut cmd = proc::cargo();
+        cmd.current_dir(proc::workspace_root()).arg("tree");
+        for p in packages {
+            cmd.args(["-p", p]);
+        }
+        cmd.args(["-e", edges, "-f", "{p}|{f}", "--prefix", "none"]);
+        let out = proc::capture(&mut cmd).expect("cargo tree");
+        let mut sets = std::collections::BTreeMap::<_, std::collections::BTreeSet<_>>::new();
+        for l in out.lines() {
+            if let Some((p, f)) = l.replace(" (*)", "").split_once('|') {
+                sets.entry(p.trim().to_string())
+                    .or_default()
+                    .insert(f.trim().to_string());
+            }
+        }
+        sets
+    }
+
     fn features_of(package: &str) -> std::collections::BTreeMap<String, String> {
-        let out = proc::capture(proc::cargo().current_dir(proc::workspace_root()).args([
-            "tree",
-            "-p",
-            package,
-            "-e",
-            "normal,build",
-            "-f",
-            "{p}|{f}",
-            "--prefix",
-            "none",
-        ]))
-        .expect("cargo tree");
-        out.lines()
-            .filter_map(|l| {
-                l.replace(" (*)", "")
-                    .split_once('|')
-                    .map(|(p, f)| (p.trim().to_string(), f.trim().to_string()))
-            })
+        features_in(&[package], "normal,build")
+            .into_iter()
+            .map(|(p, f)| (p, f.into_iter().collect::<Vec<_>>().join(" / ")))
             .collect()
+    }
+
+    /// `cargo xtask reproduce` builds its tool (an example of ccctl-lab,
+    /// with ccctl-lab's dev-dependencies) in one cargo run with ccctl's
+    /// binary, so every crate it shares with ccctl is built once: built on
+    /// its own (`-p ccctl-lab`), tokio, regex and clap got fewer features
+    /// and the polars chain compiled again, 2 min 29 s of CI's host phase.
+    #[test]
+    fn the_reproduction_tool_shares_ccctls_build() {
+        let args = crate::reproduce::REPRODUCTION_TOOL_BUILD;
+        let packages: Vec<&str> = args
+            .windows(2)
+            .filter(|w| w[0] == "-p")
+            .map(|w| w[1])
+            .collect();
+        assert!(packages.contains(&"ccctl-lab"), "{args:?}");
+        let ccctl = features_in(&["ccctl"], "normal,build");
+        let differ = |tool: &std::collections::BTreeMap<_, std::collections::BTreeSet<String>>| {
+            ccctl
+                .iter()
+                .filter_map(|(p, f)| {
+                    let g = tool.get(p)?;
+                    (g != f).then(|| format!("{p}: ccctl {f:?}, the tool {g:?}"))
+                })
+                .collect::<Vec<_>>()
+        };
+        let tool = differ(&features_in(&packages, "normal,build,dev"));
+        assert!(tool.is_empty(), "features differ:\n{}", tool.join("\n"));
+        // The check sees the difference that cost the rebuild.
+        let alone = differ(&features_in(&["ccctl-lab"], "normal,build,dev"));
+        assert!(alone.iter().any(|d| d.starts_with("tokio ")), "{alone:?}");
     }
 
     /// ccctl and the test crate enable the same features on every crate

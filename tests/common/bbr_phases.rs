@@ -572,8 +572,8 @@ fn fmt(v: f64) -> String {
 /// The table's lines. Margins: 1.5 x the kernel's run-to-run spread
 /// (max - min of the per-run values) over eight runs on the host path
 /// (2026-11-25, docs/notebook/2026-11-25-bpf-bbr-phases.md), never below
-/// the reading's resolution ([`SAMPLE_MS`]: 8 ms, 0.1 min_rtt) nor 0.005
-/// for a gain (1/256 steps). The eight runs: exit round 7-8, STARTUP
+/// the reading's resolution ([`DURATION_RESOLUTION_RTTS`] for a duration in
+/// min_rtt) nor 0.005 for a gain (1/256 steps). The eight runs: exit round 7-8, STARTUP
 /// 537-560 ms, DRAIN 104-115 ms, time at 1.25 0.123-0.139, at 0.75
 /// 0.120-0.126, at 1.0 0.740-0.754, 1.25 phase 0.99-1.09 and 0.75 phase
 /// 0.99-1.08 min_rtt, the 1.0 run 6.21-6.26, the cycle 8.28-8.35,
@@ -581,6 +581,15 @@ fn fmt(v: f64) -> String {
 /// medians: a PROBE_RTT lasts six or seven round trips, as the queue at
 /// its start takes one or two to drain), btl_bw 19.41-20.26 Mbit/s (4.3 %),
 /// tcp min_rtt 40.25-40.60 ms (0.9 %): the 5 % and 2 % stand.
+/// The resolution of a duration compared between the two algorithms, in
+/// min_rtt (40 ms here): each end of a phase is read up to one
+/// [`SAMPLE_MS`] late, so one run's duration is known to +-4 ms and the
+/// difference of two to +-8 ms = 0.2 min_rtt. (These lines had margins of
+/// 0.10-0.16, below it: on 2026-11-28 an idle host run read the 1.0 run
+/// 6.272 against the kernel's 6.171 min_rtt, 0.101 apart, one sample; the
+/// mutant without the drain phase is 1.04 apart.)
+pub const DURATION_RESOLUTION_RTTS: f64 = 2.0 * SAMPLE_MS as f64 / 40.0;
+
 pub fn lines() -> Vec<Line> {
     vec![
         Line {
@@ -673,28 +682,28 @@ pub fn lines() -> Vec<Line> {
             name: "PROBE_BW 1.25 phase",
             unit: "min_rtt",
             spec: Some((0.9, 1.5)),
-            margin: 0.16,
+            margin: DURATION_RESOLUTION_RTTS,
             get: |p| vec![p.up_rtts],
         },
         Line {
             name: "PROBE_BW 0.75 phase",
             unit: "min_rtt",
             spec: Some((0.3, 1.3)),
-            margin: 0.15,
+            margin: DURATION_RESOLUTION_RTTS,
             get: |p| vec![p.down_rtts],
         },
         Line {
             name: "PROBE_BW 1.0 run (6 phases)",
             unit: "min_rtt",
             spec: Some((5.8, 6.8)),
-            margin: 0.1,
+            margin: DURATION_RESOLUTION_RTTS,
             get: |p| vec![p.cruise_rtts],
         },
         Line {
             name: "PROBE_BW cycle (8 phases)",
             unit: "min_rtt",
             spec: Some((7.6, 9.0)),
-            margin: 0.11,
+            margin: DURATION_RESOLUTION_RTTS,
             get: |p| vec![p.cycle_rtts],
         },
         // At least one per run, not two (and one fewer than the kernel's

@@ -622,13 +622,9 @@ mod tests {
         );
     }
 
-    /// The features of every crate both graphs share, per `cargo tree`.
     /// Every crate in the build of `packages` (with `edges`, as `cargo tree
     /// -e` takes them) and the feature sets cargo enables on it.
-    fn features_in(
-        packages: &[&str],
-        edges: &str,
-    ) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    fn features_in(packages: &[&str], edges: &str) -> Features {
         let mut cmd = proc::cargo();
         cmd.current_dir(proc::workspace_root()).arg("tree");
         for p in packages {
@@ -647,10 +643,16 @@ mod tests {
         sets
     }
 
-    fn features_of(package: &str) -> std::collections::BTreeMap<String, String> {
-        features_in(&[package], "normal,build")
-            .into_iter()
-            .map(|(p, f)| (p, f.into_iter().collect::<Vec<_>>().join(" / ")))
+    type Features = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+
+    /// The crates both builds share whose feature sets differ, one line each.
+    fn feature_differences(ccctl: &Features, other: &Features, name: &str) -> Vec<String> {
+        ccctl
+            .iter()
+            .filter_map(|(p, f)| {
+                let g = other.get(p)?;
+                (g != f).then(|| format!("{p}: ccctl {f:?}, {name} {g:?}"))
+            })
             .collect()
     }
 
@@ -669,19 +671,12 @@ mod tests {
             .collect();
         assert!(packages.contains(&"ccctl-lab"), "{args:?}");
         let ccctl = features_in(&["ccctl"], "normal,build");
-        let differ = |tool: &std::collections::BTreeMap<_, std::collections::BTreeSet<String>>| {
-            ccctl
-                .iter()
-                .filter_map(|(p, f)| {
-                    let g = tool.get(p)?;
-                    (g != f).then(|| format!("{p}: ccctl {f:?}, the tool {g:?}"))
-                })
-                .collect::<Vec<_>>()
-        };
-        let tool = differ(&features_in(&packages, "normal,build,dev"));
-        assert!(tool.is_empty(), "features differ:\n{}", tool.join("\n"));
+        let tool = features_in(&packages, "normal,build,dev");
+        let differ = feature_differences(&ccctl, &tool, "the tool");
+        assert!(differ.is_empty(), "features differ:\n{}", differ.join("\n"));
         // The check sees the difference that cost the rebuild.
-        let alone = differ(&features_in(&["ccctl-lab"], "normal,build,dev"));
+        let alone = features_in(&["ccctl-lab"], "normal,build,dev");
+        let alone = feature_differences(&ccctl, &alone, "ccctl-lab alone");
         assert!(alone.iter().any(|d| d.starts_with("tokio ")), "{alone:?}");
     }
 
@@ -691,15 +686,9 @@ mod tests {
     /// the tests, 2 min 18 s of CI. tests/Cargo.toml lists them.
     #[test]
     fn the_tests_share_ccctls_build() {
-        let ccctl = features_of("ccctl");
-        let tests = features_of("ccctl-tests");
-        let differ: Vec<String> = ccctl
-            .iter()
-            .filter_map(|(p, f)| {
-                let g = tests.get(p)?;
-                (g != f).then(|| format!("{p}: ccctl [{f}], tests [{g}]"))
-            })
-            .collect();
+        let ccctl = features_in(&["ccctl"], "normal,build");
+        let tests = features_in(&["ccctl-tests"], "normal,build");
+        let differ = feature_differences(&ccctl, &tests, "tests");
         assert!(
             differ.is_empty(),
             "features differ (add them to tests/Cargo.toml):\n{}",

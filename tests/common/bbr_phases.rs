@@ -802,7 +802,9 @@ pub fn lines() -> Vec<Line> {
 
 /// Widest (earliest, latest) pair a dated line accepts, s: two readings
 /// 4 ms apart give 8 ms; 40 ms lets one reading come 32 ms late and still
-/// tells a filter that is off by 250 ms. A sampler stalled longer fails.
+/// tells a filter that is off by 250 ms. A sampler stalled longer fails
+/// the line on the host; the VM sets such a dating aside
+/// ([`Judge::CodeDecided`]).
 pub const MAX_DATING_SPAN_S: f64 = 0.040;
 
 /// A line's (earliest, latest) pairs from one run's phases.
@@ -859,7 +861,12 @@ pub enum Judge {
     /// the 6.1 VM under TCG, whose late timers stretch phases for the
     /// kernel's bbr itself (2026-11-27, load from two builds: its 1.25 phase
     /// lasted 5.0 min_rtt in one run and one of its two 23 s runs had no
-    /// PROBE_RTT at all). The other lines are printed, not judged.
+    /// PROBE_RTT at all). The other lines are printed, not judged. A
+    /// PROBE_RTT whose restamp the readings date only to more than
+    /// [`MAX_DATING_SPAN_S`] (the VM's sampler stalled: CI 2026-11-28 and a
+    /// run here, the kernel's own bbr dated to (9.795, 10.032) s, 237 ms
+    /// between readings) is set aside on either side; one dated within it
+    /// per side is still required.
     CodeDecided,
 }
 
@@ -939,7 +946,23 @@ pub fn compare(kernel: &[Phases], bpf: &[Phases], judge: Judge) -> (String, Vec<
         if let (Some((lo, hi)), Some(bounds)) = (l.spec, reading_bounds(l.name)) {
             for (who, runs) in [("kernel bbr", kernel), ("bpf_bbr", bpf)] {
                 let all: Vec<(f64, f64)> = runs.iter().flat_map(bounds).collect();
-                let bad: Vec<(f64, f64)> = all
+                // Under TCG a stalled sampler leaves a dating the readings
+                // cannot resolve: set aside, not judged, at least one
+                // resolved dating per side still required (see
+                // [`Judge::CodeDecided`]). The sampler's gaps decide this,
+                // never the algorithm's values.
+                let (judged, unresolved): (Vec<(f64, f64)>, Vec<(f64, f64)>) =
+                    all.iter().copied().partition(|&(e, l)| {
+                        judge == Judge::Every
+                            || !(e.is_finite() && l.is_finite())
+                            || l - e <= MAX_DATING_SPAN_S + 1e-9
+                    });
+                if !unresolved.is_empty() {
+                    table.push_str(&format!(
+                        "  {who}: {unresolved:.3?} not judged (readings span more than {MAX_DATING_SPAN_S} s: the VM's sampler stalled)\n"
+                    ));
+                }
+                let bad: Vec<(f64, f64)> = judged
                     .iter()
                     .copied()
                     .filter(|&(e, l)| {
@@ -949,7 +972,7 @@ pub fn compare(kernel: &[Phases], bpf: &[Phases], judge: Judge) -> (String, Vec<
                             || e > hi + 1e-9
                     })
                     .collect();
-                if all.is_empty() || !bad.is_empty() {
+                if judged.is_empty() || !bad.is_empty() {
                     fails.push(format!(
                         "{}: {who} bounds outside [{lo}, {hi}] {} or wider than {MAX_DATING_SPAN_S} s: {bad:.3?} of {all:.3?}",
                         l.name, l.unit
@@ -1063,7 +1086,12 @@ pub fn bpf_bbr_phases_match_kernel_bbr(
     );
     let text = format!("bpf_bbr vs the kernel's bbr, phase by phase: {what}\n{table}{extra}");
     record(figure, &text);
-    assert!(fails.is_empty(), "{}\n{text}", fails.join("\n"));
+    // The failures last: CI's excerpt keeps a panic's tail.
+    assert!(
+        fails.is_empty(),
+        "{text}\nfailed lines:\n{}",
+        fails.join("\n")
+    );
 }
 
 /// A BBR flow as the spec draws it, read every [`SAMPLE_MS`] ms: STARTUP
@@ -1289,4 +1317,33 @@ pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
         );
         assert_eq!(restamp.is_empty(), passes, "{late_ms} ms: {restamp:?}");
     }
+    // The VM's judge sets a dating its readings cannot resolve aside (a
+    // sampler stalled 240 ms around the restamp, as under TCG), judges the
+    // resolved ones, and needs one per side; a filter off by 0.26 s in a
+    // resolved run still fails there.
+    let mut stalled = flow.clone();
+    let t_end = stalled[end].t;
+    stalled.retain(|x| !(x.t > t_end && x.t < t_end + 0.24));
+    let stalled = phases(&stalled);
+    let restamp_fails = |k: &[Phases], b: &[Phases], judge| {
+        compare(k, b, judge)
+            .1
+            .into_iter()
+            .filter(|f| f.starts_with("PROBE_RTT after min_rtt restamp"))
+            .count()
+    };
+    let both = [stalled.clone(), good.clone()];
+    assert_eq!(restamp_fails(&both, &kernel, Judge::Every), 1);
+    assert_eq!(restamp_fails(&both, &kernel, Judge::CodeDecided), 0);
+    let only_stalled = [stalled.clone(), stalled.clone()];
+    assert_eq!(
+        restamp_fails(&only_stalled, &kernel, Judge::CodeDecided),
+        1,
+        "no resolved dating on a side passed"
+    );
+    let unstamped = phases(&synthetic(BBR_HIGH, 0.75, 4, 20.0));
+    assert!(
+        restamp_fails(&kernel, &[stalled, unstamped], Judge::CodeDecided) > 0,
+        "min_rtt not restamped at PROBE_RTT's end passed beside a stalled run"
+    );
 }

@@ -951,7 +951,7 @@ pub fn compare(kernel: &[Phases], bpf: &[Phases], judge: Judge) -> (String, Vec<
                 // resolved dating per side still required (see
                 // [`Judge::CodeDecided`]). The sampler's gaps decide this,
                 // never the algorithm's values.
-                let (judged, unresolved): (Vec<(f64, f64)>, Vec<(f64, f64)>) =
+                let (judged, unresolved): (Vec<_>, Vec<_>) =
                     all.iter().copied().partition(|&(e, l)| {
                         judge == Judge::Every
                             || !(e.is_finite() && l.is_finite())

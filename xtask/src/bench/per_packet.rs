@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use super::{ccctl, flow_between, mean, BenchArgs, Flow, Netns};
+use super::{ccctl, compare_pairs, flow_between, pair_order, record_run, BenchArgs, Flow, Netns};
 use crate::proc;
 
 /// Our algorithms: the name `ccctl load` takes and the kernel name iperf3's
@@ -136,15 +136,6 @@ impl Drop for BpfStats {
     }
 }
 
-/// Median of sorted values.
-fn median(sorted: &[f64]) -> f64 {
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    }
-}
-
 pub fn run(bin: &Path, args: &BenchArgs) -> Result<()> {
     let wanted: Vec<_> = ALGOS
         .iter()
@@ -212,7 +203,7 @@ pub fn run(bin: &Path, args: &BenchArgs) -> Result<()> {
     for ((_, kname, _), (native, ours)) in loaded.algos.iter().zip(&results) {
         println!(
             "per-packet: {kname} vs bbr: {}",
-            compare_pairs(native, ours)
+            compare_pairs(native, ours, if *kname == "bpf_bbr" { 0.99 } else { 0.97 })
         );
     }
 
@@ -279,8 +270,8 @@ impl Drop for PatchedLoaded<'_> {
 /// What patched_bbr costs traffic that does not use it: while it is loaded
 /// its send-gap tracer (tp_btf on net_dev_queue) runs on every packet any
 /// device of the host queues. Cubic flows with nothing of ours loaded
-/// against Cubic flows with patched_bbr loaded, alternating (`--reps`
-/// pairs, loaded and unloaded around each B run). Target: >= 0.99x.
+/// against Cubic flows with patched_bbr loaded, in pairs (`--reps`,
+/// [`super::pair_order`]; loaded and unloaded around each B run). Target: >= 0.99x.
 fn bystander(bin: &Path, path: &VethPath, args: &BenchArgs, port: &mut u16) -> Result<()> {
     println!(
         "per-packet bystander: cubic with nothing loaded against cubic with patched_bbr \
@@ -289,7 +280,7 @@ fn bystander(bin: &Path, path: &VethPath, args: &BenchArgs, port: &mut u16) -> R
     );
     let (mut plain, mut beside) = (Vec::new(), Vec::new());
     for rep in 0..args.reps {
-        for loaded in [false, true] {
+        for loaded in pair_order(rep) {
             proc::bail_if_interrupted()?;
             let guard = if loaded {
                 ccctl(bin, &["load", "patched-bbr"])?;
@@ -300,54 +291,17 @@ fn bystander(bin: &Path, path: &VethPath, args: &BenchArgs, port: &mut u16) -> R
             let f = path.flow("cubic", args.secs, *port)?;
             *port += 1;
             drop(guard);
-            println!(
-                "  run {}: cubic, patched_bbr {:<8} {:6.3} Gbit/s, CPU {:5.2} s",
-                rep + 1,
-                if loaded { "loaded" } else { "unloaded" },
-                f.bits_per_s / 1e9,
-                f.cpu_busy_s
-            );
-            if loaded {
-                beside.push(f);
+            let label = if loaded {
+                "cubic, patched_bbr loaded"
             } else {
-                plain.push(f);
-            }
+                "cubic, nothing loaded"
+            };
+            record_run(rep, label, f, loaded, &mut plain, &mut beside);
         }
     }
     println!(
-        "per-packet bystander: cubic beside patched_bbr vs alone: {} (target >= 0.99x)",
-        compare_pairs(&plain, &beside)
+        "per-packet bystander: cubic beside patched_bbr vs alone: {}",
+        compare_pairs(&plain, &beside, 0.99)
     );
     Ok(())
-}
-
-/// `b` against `a`, run in pairs: both means in Gbit/s, the ratio of the
-/// means, the median of the per-pair ratios (and each), the CPU-per-byte
-/// ratio.
-fn compare_pairs(a: &[Flow], b: &[Flow]) -> String {
-    let tput = |r: &[Flow]| mean(&r.iter().map(|f| f.bits_per_s).collect::<Vec<_>>());
-    let cpu = |r: &[Flow]| {
-        mean(
-            &r.iter()
-                .map(|f| f.cpu_busy_s / (f.bytes / 1e9))
-                .collect::<Vec<_>>(),
-        )
-    };
-    let mut pairs: Vec<f64> = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| y.bits_per_s / x.bits_per_s)
-        .collect();
-    let shown: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
-    pairs.sort_by(f64::total_cmp);
-    format!(
-        "{:.3} vs {:.3} Gbit/s: throughput ratio {:.3}, median of pairs {:.3} (pairs {}), \
-         CPU-per-byte ratio {:.3}",
-        tput(b) / 1e9,
-        tput(a) / 1e9,
-        tput(b) / tput(a),
-        median(&pairs),
-        shown.join(" "),
-        cpu(b) / cpu(a)
-    )
 }

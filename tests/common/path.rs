@@ -128,7 +128,7 @@ pub fn rate_and_queue_limits_hold() {
 /// A loss list drops exactly the data packets it names, of the sender it
 /// names: the emulator counts those drops and no other, and the flow's
 /// sender retransmits at least that many; another sender's flow on the
-/// same path loses nothing.
+/// same path loses nothing (fewer retransmissions than the list's three).
 pub fn loss_list_drops_exactly_the_listed_packets() {
     let rate = 100_000_000u64;
     let rtt = Duration::from_millis(10);
@@ -151,7 +151,18 @@ pub fn loss_list_drops_exactly_the_listed_packets() {
     assert_eq!(st.listed_losses, 3, "the list names three packets");
     assert_eq!(st.dropped, 0, "the queue overflowed: the test's premise");
     assert_eq!(st.random_losses, 0);
-    assert_eq!(res[0].retransmits, 0, "sender 0 lost nothing");
+    // The path dropped nothing of sender 0's (the counts above hold every
+    // drop). TCP may still retransmit without a loss: a tail-loss probe
+    // fires after about 2 x srtt (20 ms here) of silence, and a starved
+    // host stalls the userspace path that long (a clean-clone run of
+    // 2026-11-28 under CPU steal: sender 0 1 retransmission, no drop). A
+    // list applied to every flow, or counted across flows, costs sender 0
+    // the listed packets: 3 retransmissions or more.
+    assert!(
+        res[0].retransmits < 3,
+        "sender 0 retransmitted {} times: the list reached its flow",
+        res[0].retransmits
+    );
     assert!(
         res[1].retransmits >= 3,
         "sender 1 retransmitted {} times for 3 drops",

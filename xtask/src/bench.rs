@@ -308,18 +308,17 @@ fn against_floor(interval: Option<(f64, f64)>, floor: f64) -> &'static str {
 /// per-pair CPU-per-byte ratio.
 fn compare_pairs(a: &[Flow], b: &[Flow], floor: f64) -> String {
     let tput = |r: &[Flow]| mean(&r.iter().map(|f| f.bits_per_s).collect::<Vec<_>>());
-    let per_pair = |f: fn(&Flow) -> f64| {
-        let mut v: Vec<f64> = a.iter().zip(b).map(|(x, y)| f(y) / f(x)).collect();
+    // Each pair's ratio, in run order; sorted copies for the statistics.
+    let per_pair =
+        |f: fn(&Flow) -> f64| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| f(y) / f(x)).collect() };
+    let sorted = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v
     };
-    let shown: Vec<String> = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| format!("{:.3}", y.bits_per_s / x.bits_per_s))
-        .collect();
-    let pairs = per_pair(|f| f.bits_per_s);
-    let cpu = per_pair(|f| f.cpu_busy_s / f.bytes.max(1.0));
+    let in_order = per_pair(|f| f.bits_per_s);
+    let shown: Vec<String> = in_order.iter().map(|r| format!("{r:.3}")).collect();
+    let pairs = sorted(in_order);
+    let cpu = sorted(per_pair(|f| f.cpu_busy_s / f.bytes.max(1.0)));
     let interval = median_interval(&pairs);
     format!(
         "{:.3} vs {:.3} Gbit/s: throughput ratio {:.3}, median of pairs {:.3} (95 % interval \

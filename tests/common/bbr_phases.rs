@@ -112,10 +112,12 @@ pub struct Phases {
     /// and judged by their age ([`Phases::min_rtt_age_at_probe_rtt`]).
     /// All intervals when the readings carry no min_rtt filter.
     pub probe_rtt_intervals: Vec<f64>,
-    /// Each PROBE_RTT: how long cwnd stayed <= 4 (ms), and the largest
-    /// cwnd it read while in PROBE_RTT after its first 5 ms.
+    /// Each PROBE_RTT the run's end does not cut: how long cwnd stayed
+    /// <= 4 (ms). Each PROBE_RTT: the largest cwnd it read after its
+    /// first 5 ms.
     pub probe_rtt_low_cwnd_ms: Vec<f64>,
     pub probe_rtt_max_cwnd: Vec<u32>,
+    /// Each PROBE_RTT the run's end does not cut: its length (ms).
     pub probe_rtt_ms: Vec<f64>,
     /// Medians over PROBE_BW.
     pub btl_bw_mbit: f64,
@@ -217,20 +219,20 @@ pub fn phases(p: &[Point]) -> Phases {
     let prtt = |x: &Point| near(x.pacing_gain, 1.0) && near(x.cwnd_gain, 1.0);
     for (a, b) in runs(p, dr_end, prtt) {
         ph.probe_rtt_starts.push(p[a].t);
-        ph.probe_rtt_ms.push(if b + 1 < p.len() {
-            dt(a, b + 1)
-        } else {
-            f64::NAN
-        });
-        // cwnd <= 4: the longest run of such readings from the episode's
-        // start to one reading after its end, timed to the first reading
-        // above 4 (or the episode's end).
-        let low = runs(&p[..(b + 2).min(p.len())], a, |x| x.cwnd <= 4);
-        let longest = low
-            .iter()
-            .map(|&(s, e)| dt(s, (e + 1).min(p.len() - 1)))
-            .fold(0.0, f64::max);
-        ph.probe_rtt_low_cwnd_ms.push(longest);
+        // An episode the run's end cuts has no length: its length and
+        // its time at cwnd <= 4 are left out (its largest cwnd is kept).
+        if b + 1 < p.len() {
+            ph.probe_rtt_ms.push(dt(a, b + 1));
+            // cwnd <= 4: the longest run of such readings from the
+            // episode's start to one reading after its end, timed to the
+            // first reading above 4 (or the episode's end).
+            let low = runs(&p[..b + 2], a, |x| x.cwnd <= 4);
+            let longest = low
+                .iter()
+                .map(|&(s, e)| dt(s, (e + 1).min(p.len() - 1)))
+                .fold(0.0, f64::max);
+            ph.probe_rtt_low_cwnd_ms.push(longest);
+        }
         let settled = p[a..=b]
             .iter()
             .filter(|x| x.t - p[a].t > 0.005)
@@ -1197,6 +1199,38 @@ pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
     let kernel = [good.clone(), good.clone()];
     let (table, fails) = compare(&kernel, &kernel, Judge::Every);
     assert!(fails.is_empty(), "{fails:#?}\n{table}");
+    // A run that ends 40 ms into its second PROBE_RTT (the VM, 2026-11-29:
+    // bpf_bbr's at 23.07 s of 23) has one length and one time at cwnd <= 4,
+    // and the table holds; the cut episode's largest cwnd is still read.
+    let mut cut_flow = synthetic(BBR_HIGH, 0.75, 4, 20.26);
+    cut_flow.retain(|x| x.t < 20.30);
+    let cut = phases(&cut_flow);
+    assert_eq!(cut.probe_rtt_starts, [10.0, 20.26]);
+    assert_eq!(cut.probe_rtt_max_cwnd, [4, 4]);
+    assert!(
+        cut.probe_rtt_ms.len() == 1
+            && cut.probe_rtt_low_cwnd_ms.len() == 1
+            && (cut.probe_rtt_low_cwnd_ms[0] - 260.0).abs() < 1e-6,
+        "{cut:?}"
+    );
+    let (table, fails) = compare(&kernel, &[good.clone(), cut], Judge::Every);
+    assert!(fails.is_empty(), "{fails:#?}\n{table}");
+    // Only the cut episode keeps its cwnd: still a failure.
+    let mut cut_keeps_cwnd = cut_flow.clone();
+    for x in cut_keeps_cwnd.iter_mut().filter(|x| x.t >= 20.26) {
+        x.cwnd = 130;
+    }
+    let (_, fails) = compare(
+        &kernel,
+        &[good.clone(), phases(&cut_keeps_cwnd)],
+        Judge::Every,
+    );
+    assert!(
+        fails
+            .iter()
+            .any(|f| f.starts_with("PROBE_RTT largest cwnd")),
+        "a cut PROBE_RTT that keeps its cwnd: {fails:#?}"
+    );
     for (what, wrong, phase) in [
         (
             "STARTUP gain 2",

@@ -1,6 +1,7 @@
 //! Child processes: process groups that never outlive xtask, signal
 //! forwarding, and output that is streamed to ours while also captured.
 
+pub use ccctl_sys::cpu::CpuTicks;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -345,35 +346,7 @@ pub fn cargo_build_json(
     found.with_context(|| format!("`cargo {}` produced no matching executable", args.join(" ")))
 }
 
-/// `/proc/stat`'s first line, all CPUs, in clock ticks.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CpuTicks {
-    /// Neither idle nor waiting for I/O.
-    pub busy: u64,
-    /// Time the hypervisor gave to other guests while this one wanted it.
-    pub steal: u64,
-    /// user nice system idle iowait irq softirq steal (guest time is
-    /// already in user).
-    pub all: u64,
-}
-
-pub fn cpu_ticks(stat: &str) -> Option<CpuTicks> {
-    let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let ticks: Vec<u64> = line
-        .split_whitespace()
-        .map(|t| t.parse().ok())
-        .collect::<Option<_>>()?;
-    let all: u64 = ticks.iter().take(8).sum();
-    let idle = ticks.get(3)? + ticks.get(4)?;
-    Some(CpuTicks {
-        busy: all - idle,
-        steal: *ticks.get(7)?,
-        all,
-    })
-}
-
-/// [`cpu_ticks`] now.
+/// `/proc/stat`'s CPU ticks now ([`CpuTicks`]).
 pub fn cpu_ticks_now() -> Result<CpuTicks> {
-    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    cpu_ticks(&stat).context("/proc/stat: no `cpu` line of numbers first")
+    CpuTicks::now().context("reading /proc/stat")
 }

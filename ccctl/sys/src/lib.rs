@@ -2,11 +2,13 @@
 //! netlink, on `rustix` and `signal-hook` so that the rest of the code has
 //! no `unsafe` for it.
 //!
+//! - [`cpu`]: the machine's CPU time and its steal (`/proc/stat`).
 //! - [`time`]: the clocks (CLOCK_MONOTONIC is the clock of trace events).
 //! - [`lock`]: pid-file locks (`flock` on a file holding the holder's pid).
 //! - [`netns`]: running a closure inside a network namespace.
 //! - [`signals`]: the one signal policy (SIGINT, SIGTERM, SIGHUP end
 //!   sessions; SIGPIPE dies quietly at the command line).
+pub mod cpu;
 pub mod lock;
 pub mod netns;
 pub mod signals;

@@ -211,7 +211,24 @@ pub struct PathUsage {
     /// Packets the kernel dropped at the emulator's sockets before the
     /// emulated path saw them (it fell behind): the run is testbed-limited.
     pub socket_drops: u64,
+    /// Packets the userspace emulator read more than 1 ms after they
+    /// arrived at its sockets (its thread was descheduled or busy), and
+    /// the longest such wait, ms. The emulator dates packets by their
+    /// arrival, so a late read delays them but costs the link no rate.
+    #[serde(default)]
+    pub late_reads: u64,
+    #[serde(default)]
+    pub max_read_lag_ms: f64,
+    /// The share of the machine's CPU time the hypervisor gave to other
+    /// guests during the flows (`/proc/stat`; 0 on bare metal): a lab run
+    /// measures wall-clock behaviour, and steal shows in it as a slower
+    /// path and later timers.
+    #[serde(default)]
+    pub cpu_steal: f64,
 }
+
+/// CPU steal during a run above which the run's log warns.
+const WARN_CPU_STEAL: f64 = 0.05;
 
 /// The testbed of `job` on `path`. A bandwidth trace that no longer
 /// reads (validated with the scenario) is an error.
@@ -283,6 +300,7 @@ pub fn run_job(
     let ports: Vec<u16> = specs.iter().filter_map(|s| s.port).collect();
     let receiver = tb.receiver_addr();
 
+    let ticks_at_start = ccctl_core::sys::cpu::CpuTicks::now().ok();
     let mut running = iperf::spawn_flows(&tb, &specs)?;
     let t0 = Instant::now();
     let t0_unix = ccctl_core::sys::time::now_unix_f64();
@@ -339,6 +357,10 @@ pub fn run_job(
         }
     }
     let results = running.wait()?;
+    let cpu_steal = match (ticks_at_start, ccctl_core::sys::cpu::CpuTicks::now()) {
+        (Some(a), Ok(b)) => a.steal_share_until(&b),
+        _ => 0.0,
+    };
     let ping = prober.map(|p| p.finish(t0_unix)).unwrap_or_default();
     tb.check_gates()?;
     let flow_secs = wall.elapsed().as_secs_f64() - setup_secs;
@@ -353,7 +375,20 @@ pub fn run_job(
         listed_losses: tb.path_stats().map_or(0, |s| s.listed_losses),
         random_losses: tb.path_stats().map_or(0, |s| s.random_losses),
         socket_drops: tb.path_stats().map_or(0, |s| s.socket_drops),
+        late_reads: tb.path_stats().map_or(0, |s| s.late_reads),
+        max_read_lag_ms: tb
+            .path_stats()
+            .map_or(0.0, |s| s.max_read_lag_us as f64 / 1000.0),
+        cpu_steal,
     };
+    if cpu_steal > WARN_CPU_STEAL {
+        tracing::warn!(
+            "run {}: the hypervisor took {:.1} % of this machine's CPU time during the flows \
+             (CPU steal): timings and rates of this run may reflect the machine",
+            job.id,
+            100.0 * cpu_steal
+        );
+    }
     if path_usage.socket_drops > 0 {
         tracing::warn!(
             "run {}: the path emulator fell behind: the kernel dropped {} packets at its sockets \

@@ -52,7 +52,7 @@ use std::time::Duration;
 use rattan_core::cells::bandwidth::{BwCell, BwType};
 use rattan_core::cells::delay::DelayCell;
 use rattan_core::cells::external::{VirtualEthernet, VirtualEthernetId};
-use rattan_core::cells::{Ingress, StdPacket};
+use rattan_core::cells::{Ingress, Packet, StdPacket};
 use rattan_core::core::RattanCore;
 use rattan_core::metal::io::af_packet::{AfPacketDriver, AfPacketReceiver, AfPacketSender};
 use rattan_core::metal::io::common::InterfaceDriver;
@@ -225,6 +225,13 @@ pub struct PathStats {
     /// scenario did not ask for. Anything but 0 means the testbed, not
     /// the path, shaped the run.
     pub socket_drops: u64,
+    /// Packets that waited in the emulator's sockets longer than
+    /// [`socket::ReadLag::LATE`] before its thread read them (it was
+    /// descheduled or busy), and the longest wait (µs). The cells date
+    /// each packet by its arrival, so a late read delays it by as much
+    /// but costs the link no capacity.
+    pub late_reads: u64,
+    pub max_read_lag_us: u64,
 }
 
 /// CPU time of the emulator's threads.
@@ -246,6 +253,7 @@ struct Driver {
 struct ClosingReceiver {
     inner: AfPacketReceiver,
     fd: i32,
+    read_lag: Arc<socket::ReadLag>,
 }
 
 impl Drop for ClosingReceiver {
@@ -258,11 +266,20 @@ impl Drop for ClosingReceiver {
 }
 
 impl rattan_core::metal::io::common::InterfaceReceiver<StdPacket> for ClosingReceiver {
+    /// rattan's read, the packet dated by its arrival at the socket
+    /// ([`socket::arrival`]) rather than by the read.
     fn receive(&mut self) -> std::io::Result<Option<StdPacket>> {
-        self.inner.receive()
+        let mut packet = self.inner.receive()?;
+        if let Some(p) = packet.as_mut() {
+            if let Some((at, lag)) = socket::arrival(self.fd) {
+                p.delay_until(tokio::time::Instant::from_std(at));
+                self.read_lag.record(lag);
+            }
+        }
+        Ok(packet)
     }
     fn receive_bulk(&mut self) -> std::io::Result<Vec<StdPacket>> {
-        self.inner.receive_bulk()
+        Ok(self.receive()?.into_iter().collect())
     }
 }
 
@@ -280,8 +297,11 @@ impl InterfaceDriver for Driver {
             let receiver = ClosingReceiver {
                 inner: inner.into_receiver(),
                 fd,
+                read_lag: socket::READ_LAG.with(|l| l.borrow().clone()),
             };
             socket::enlarge_receive_buffer(fd)?;
+            socket::enable_arrival_times(fd)
+                .map_err(rattan_core::metal::error::MetalError::IoError)?;
             socket::BOUND.with(|b| b.borrow_mut().push(fd));
             out.push(Driver {
                 fd,
@@ -314,6 +334,7 @@ struct Shared {
     probability: Arc<AtomicU64>,
     gate_data: Arc<cells::GateCounters>,
     gate_acks: Arc<cells::GateCounters>,
+    read_lag: Arc<socket::ReadLag>,
 }
 
 /// A running path; dropping it stops the cells and their threads and
@@ -484,6 +505,7 @@ impl PathEmulator {
                     source: e.into(),
                 })?;
                 socket::take_bound();
+                socket::READ_LAG.with(|l| *l.borrow_mut() = shared.read_lag.clone());
                 let built = build(&shared, spec, runtime.clone(), rt_cancel.clone());
                 // This thread's AF_PACKET sockets: one per veth cell.
                 let fds = socket::take_bound();
@@ -673,6 +695,8 @@ impl PathEmulator {
             gate_max_data: r(&self.shared.gate_data.max_queued),
             gate_max_acks: r(&self.shared.gate_acks.max_queued),
             socket_drops: self.socket_drops(),
+            late_reads: r(&self.shared.read_lag.late),
+            max_read_lag_us: r(&self.shared.read_lag.max_us),
         }
     }
 

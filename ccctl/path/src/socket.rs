@@ -9,7 +9,16 @@
 //! about 90 full frames from a veth) holds under 2 ms at 500 Mbit/s. So the
 //! buffer is made large enough for a whole window's burst, and the drops
 //! that still happen are counted and reported with the run.
+//!
+//! Each packet is dated by the kernel's receive time at the socket
+//! ([`arrival`]), not by when the emulator's thread got to read it: a
+//! thread descheduled for a few ms (CPU steal on a shared host) then
+//! catches up in the cells' logical time instead of leaving the emulated
+//! link idle for as long, the way a link whose queue holds packets keeps
+//! sending. The delay between the two is recorded ([`ReadLag`]).
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use rattan_core::metal::error::MetalError;
 
@@ -23,6 +32,12 @@ thread_local! {
     /// path's builder collects its cells' sockets this way (rattan binds
     /// them inside its cell constructors, which run on the caller's thread).
     pub(crate) static BOUND: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+}
+
+thread_local! {
+    /// Where the receivers built on this thread record their read lag
+    /// (set by the path's builder, as [`BOUND`] is read by it).
+    pub(crate) static READ_LAG: RefCell<std::sync::Arc<ReadLag>> = RefCell::default();
 }
 
 /// The sockets bound on this thread since the last call.
@@ -84,6 +99,92 @@ pub(crate) fn drops_since_last(fd: i32) -> std::io::Result<u64> {
     Ok(u64::from(st.tp_drops))
 }
 
+/// SIOCGSTAMPNS (linux/sockios.h, 64-bit time_t): the receive time of the
+/// last packet read from a socket, CLOCK_REALTIME. The first call turns
+/// the socket's (and the kernel's) receive timestamps on.
+const SIOCGSTAMPNS: libc::c_ulong = 0x8907;
+
+/// The longest a packet may have waited in a socket for its kernel time to
+/// be taken: a value further back (or ahead) is no receive time of this
+/// packet, and the read time stands.
+const MAX_READ_LAG: Duration = Duration::from_secs(2);
+
+/// Turns the kernel's receive timestamps on for `fd` (and the kernel), so
+/// the first packets read are dated too. Before any packet the kernel
+/// answers ENOENT (no time yet), having turned them on.
+pub(crate) fn enable_arrival_times(fd: i32) -> std::io::Result<()> {
+    match kernel_receive_time(fd) {
+        Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The kernel's receive time of the last packet read from `fd`, ns since
+/// the epoch (CLOCK_REALTIME).
+fn kernel_receive_time(fd: i32) -> std::io::Result<i128> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: fd is an open socket; SIOCGSTAMPNS writes one timespec.
+    let rc = unsafe { libc::ioctl(fd, SIOCGSTAMPNS as _, &mut ts as *mut libc::timespec) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
+}
+
+fn realtime_ns() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+/// How long `kernel_ns` (CLOCK_REALTIME) lies before `now_ns`, if it is a
+/// receive time at all (0 to [`MAX_READ_LAG`] back).
+pub(crate) fn lag_of(kernel_ns: i128, now_ns: i128) -> Option<Duration> {
+    let lag = now_ns - kernel_ns;
+    (0..=MAX_READ_LAG.as_nanos() as i128)
+        .contains(&lag)
+        .then(|| Duration::from_nanos(lag as u64))
+}
+
+/// The instant the last packet read from `fd` arrived at its socket, and
+/// how long it waited there; `None` when the kernel has no usable time
+/// for it (the caller keeps the read time).
+pub(crate) fn arrival(fd: i32) -> Option<(Instant, Duration)> {
+    let kernel = kernel_receive_time(fd).ok()?;
+    let (now, now_ns) = (Instant::now(), realtime_ns());
+    let lag = lag_of(kernel, now_ns)?;
+    Some((now.checked_sub(lag)?, lag))
+}
+
+/// Packets read late: how many waited in their socket longer than
+/// [`ReadLag::LATE`], and the longest wait (µs), over all sockets.
+#[derive(Debug, Default)]
+pub struct ReadLag {
+    pub late: AtomicU64,
+    pub max_us: AtomicU64,
+}
+
+impl ReadLag {
+    /// A packet that waited longer than this was read late: at 20 Mbit/s
+    /// a full frame takes 0.6 ms on the link.
+    pub const LATE: Duration = Duration::from_millis(1);
+
+    pub(crate) fn record(&self, lag: Duration) {
+        if lag > Self::LATE {
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
+        self.max_us
+            .fetch_max(lag.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
 /// getsockopt(fd, level, name) into `value`, a plain C struct or integer.
 fn get_option<T: Copy>(
     fd: i32,
@@ -99,4 +200,31 @@ fn get_option<T: Copy>(
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receive_time_is_taken_only_from_the_recent_past() {
+        let now = 1_800_000_000_000_000_000i128;
+        assert_eq!(lag_of(now - 3_000_000, now), Some(Duration::from_millis(3)));
+        assert_eq!(lag_of(now, now), Some(Duration::ZERO));
+        // Ahead of now, or older than MAX_READ_LAG: not this packet's time.
+        assert_eq!(lag_of(now + 1, now), None);
+        assert_eq!(lag_of(now - 2_000_000_001, now), None);
+        // A monotonic-clock value (seconds since boot) read as realtime.
+        assert_eq!(lag_of(40_000_000_000_000, now), None);
+    }
+
+    #[test]
+    fn read_lag_counts_late_packets_and_keeps_the_longest() {
+        let lag = ReadLag::default();
+        lag.record(Duration::from_micros(300));
+        lag.record(Duration::from_millis(7));
+        lag.record(Duration::from_millis(2));
+        assert_eq!(lag.late.load(Ordering::Relaxed), 2);
+        assert_eq!(lag.max_us.load(Ordering::Relaxed), 7000);
+    }
 }

@@ -134,16 +134,6 @@ fn kernel_receive_time(fd: i32) -> std::io::Result<i128> {
     Ok(i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
 }
 
-fn realtime_ns() -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
-}
-
 /// How long `kernel_ns` (CLOCK_REALTIME) lies before `now_ns`, if it is a
 /// receive time at all (0 to [`MAX_READ_LAG`] back).
 pub(crate) fn lag_of(kernel_ns: i128, now_ns: i128) -> Option<Duration> {
@@ -158,7 +148,7 @@ pub(crate) fn lag_of(kernel_ns: i128, now_ns: i128) -> Option<Duration> {
 /// for it (the caller keeps the read time).
 pub(crate) fn arrival(fd: i32) -> Option<(Instant, Duration)> {
     let kernel = kernel_receive_time(fd).ok()?;
-    let (now, now_ns) = (Instant::now(), realtime_ns());
+    let (now, now_ns) = (Instant::now(), crate::cells::clock_ns(libc::CLOCK_REALTIME));
     let lag = lag_of(kernel, now_ns)?;
     Some((now.checked_sub(lag)?, lag))
 }

@@ -241,6 +241,64 @@ fn failed_tests(output: &str) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+        .into_iter()
+        .map(|n| match panic_tail(output, &n) {
+            Some(why) => format!("{n}: {why}"),
+            None => n,
+        })
+        .collect()
+}
+
+/// Lines of a failed test's panic message the summary repeats.
+const PANIC_TAIL_LINES: usize = 6;
+/// Characters of one such line.
+const PANIC_LINE_CHARS: usize = 300;
+
+/// The last lines of `test`'s panic message in libtest's `---- test stdout
+/// ----` section: the summary comes last in a log, and a CI excerpt that keeps
+/// a log's tail then still shows why each test failed (a backtrace after the
+/// message would otherwise push it out).
+fn panic_tail(output: &str, test: &str) -> Option<String> {
+    let header = format!("---- {test} stdout ----");
+    let section = &output[output.find(&header)? + header.len()..];
+    let mut message = Vec::new();
+    let mut inside = false;
+    for line in section.lines() {
+        if line.starts_with("---- ") || line == "failures:" {
+            break;
+        }
+        if line.contains("' panicked at ") {
+            inside = true;
+            message.clear();
+            continue;
+        }
+        if inside {
+            if line.starts_with("stack backtrace:") || line.starts_with("note: ") {
+                inside = false;
+                continue;
+            }
+            if !line.trim().is_empty() {
+                message.push(line.trim_end());
+            }
+        }
+    }
+    if message.is_empty() {
+        return None;
+    }
+    let tail = &message[message.len().saturating_sub(PANIC_TAIL_LINES)..];
+    Some(
+        tail.iter()
+            .map(|l| clip_chars(l, PANIC_LINE_CHARS))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    )
+}
+
+fn clip_chars(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_string(),
+    }
 }
 
 impl Phase {
@@ -739,6 +797,38 @@ mod tests {
         let p = Phase::from_run("host tests", 101, out);
         assert_eq!(p.failing, ["c::d", "e"]);
         assert!(p.broken.is_none());
+    }
+
+    #[test]
+    fn a_failed_tests_panic_message_tail_is_repeated() {
+        let out = "test c::d ... FAILED\n\
+            test e ... FAILED\n\
+            \n\
+            failures:\n\
+            \n\
+            ---- c::d stdout ----\n\
+            some output\n\
+            \n\
+            thread 'c::d' panicked at tests/x.rs:3:5:\n\
+            table row 1\n\
+            failed lines:\n\
+            cwnd outside [4, 4]: [7]\n\
+            stack backtrace:\n   0: foo\n\
+            note: Some details are omitted\n\
+            \n\
+            ---- e stdout ----\n\
+            no panic here\n\
+            \n\
+            failures:\n    c::d\n    e\n\
+            test result: FAILED. 0 passed; 2 failed; 0 ignored\n";
+        let p = Phase::from_run("host tests", 101, out);
+        assert_eq!(
+            p.failing,
+            [
+                "c::d: table row 1 | failed lines: | cwnd outside [4, 4]: [7]",
+                "e"
+            ]
+        );
     }
 
     #[test]

@@ -77,10 +77,53 @@ pub fn reproduce_quick_reports_what_its_parquet_files_hold(ran_on: &str) {
         .map(|l| l.trim_matches('|').split(" | ").next().unwrap_or("").trim())
         .collect();
     assert!(ids.len() >= 20, "headline rows: {ids:?}");
+
+    // The run's own files. Whether the testbed carried the run is judged
+    // here from them, not read from the report: a calibration flow (the
+    // reference Cubic, the paced reference BBR) below 85 % of the rate, or
+    // packets lost at the emulator's sockets in the main run, leaves the
+    // case out of the headline. A starved machine does that (CI of
+    // 2026-11-29 under 42-53 % CPU steal: the paced reference at 42 %);
+    // the report must then say so, and otherwise carry the number.
+    let sdir = out.join("fabric-fig6-fqcodel");
+    let df = read_parquet(&sdir.join("summary.parquet"));
+    let (level, kind) = (strs(&df, "level"), strs(&df, "kind"));
+    let run_ids = f64s(&df, "run_id");
+    let goodput = f64s(&df, "goodput_bps");
+    let rate = f64s(&df, "rate_bps");
+    let calibration_shares: Vec<f64> = (0..df.height())
+        .filter(|&i| level[i] == "flow" && kind[i] == "calibration")
+        .map(|i| goodput[i].unwrap_or(0.0) / rate[i].expect("every row has a rate"))
+        .collect();
+    assert_eq!(
+        calibration_shares.len(),
+        2,
+        "a reference Cubic and a paced reference BBR"
+    );
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(sdir.join("metadata.json")).expect("metadata.json"),
+    )
+    .expect("metadata.json parses");
+    let socket_drops: u64 = meta["runs"]
+        .as_array()
+        .expect("runs in metadata.json")
+        .iter()
+        .filter(|r| r["kind"] == "main")
+        .map(|r| r["path"]["socket_drops"].as_u64().unwrap_or(0))
+        .sum();
+    let limited = calibration_shares.iter().any(|s| *s < 0.85) || socket_drops > 0;
+    println!(
+        "calibration shares {calibration_shares:.3?}, socket drops {socket_drops}: {}",
+        if limited {
+            "testbed-limited"
+        } else {
+            "healthy"
+        }
+    );
     for id in &ids {
         let cells = row(&report, id);
         assert_eq!(cells.len(), 11, "{id}: {cells:?}");
-        if *id == "fabric-fig6c-fqcodel" {
+        if *id == "fabric-fig6c-fqcodel" && !limited {
             assert!(
                 ["**reproduced**", "**partly**", "**not**"].contains(&cells[9]),
                 "{cells:?}"
@@ -89,13 +132,23 @@ pub fn reproduce_quick_reports_what_its_parquet_files_hold(ran_on: &str) {
             assert_eq!(cells[9], "**not measured**", "{id} was not run: {cells:?}");
         }
     }
-
-    // Recompute from the run's own Parquet file.
-    let sdir = out.join("fabric-fig6-fqcodel");
-    let df = read_parquet(&sdir.join("summary.parquet"));
-    let (level, kind) = (strs(&df, "level"), strs(&df, "kind"));
-    let run_ids = f64s(&df, "run_id");
-    let goodput = f64s(&df, "goodput_bps");
+    if limited {
+        let cells = row(&report, "fabric-fig6c-fqcodel");
+        assert_eq!(cells[5], "-", "a left-out case has no value: {cells:?}");
+        assert!(
+            cells[10].contains("testbed-limited"),
+            "the reason names the testbed: {cells:?}"
+        );
+        let left_out: Vec<&str> = report
+            .lines()
+            .skip_while(|l| !l.starts_with("## Left out as testbed-limited"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("## "))
+            .filter(|l| l.starts_with("fabric-fig6-fqcodel link "))
+            .collect();
+        assert_eq!(left_out.len(), 1, "the case listed as left out:\n{report}");
+        return;
+    }
     let mut jfis = Vec::new();
     let mut mains: Vec<f64> = (0..df.height())
         .filter(|&i| level[i] == "run" && kind[i] == "main")

@@ -24,6 +24,7 @@ pub mod policy;
 pub mod policy_judge;
 pub mod reproduce;
 pub mod shard;
+pub mod starved;
 pub mod tracing;
 pub mod tune;
 

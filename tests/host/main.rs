@@ -48,6 +48,13 @@ fn bbr_phase_analysis_rejects_wrong_bbrs() {
     common::bbr_phases::analysis_reads_the_spec_and_rejects_wrong_bbrs();
 }
 
+/// The retake of attempts the machine starved (forced steal readings):
+/// see `common::starved`.
+#[test]
+fn starved_attempts_are_discarded_whatever_they_measured() {
+    common::starved::the_protocol_discards_starved_attempts_whatever_they_measured();
+}
+
 #[test]
 fn pins_under_the_old_name_move_to_the_new() {
     lifecycle::pins_under_the_old_name_move_to_the_new();
@@ -69,14 +76,16 @@ mod flows {
     /// of its rate, and `ss -ti` names it on the socket.
     #[test]
     fn bpf_bbr_fills_a_tbf_bottleneck() {
-        let _clean = Clean::new();
-        let (flow, seen) = loaded_flow(
-            "bpf-bbr",
-            "bpf_bbr",
-            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
-            10,
-        );
-        assert_carries("bpf_bbr", RATE_BPS as f64, &flow, &seen, 0.85);
+        crate::common::starved::unstarved("bpf_bbr_fills_a_tbf_bottleneck", || {
+            let _clean = Clean::new();
+            let (flow, seen) = loaded_flow(
+                "bpf-bbr",
+                "bpf_bbr",
+                TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+                10,
+            );
+            assert_carries("bpf_bbr", RATE_BPS as f64, &flow, &seen, 0.85);
+        });
     }
 
     /// Unloading while a flow uses bpf_bbr is safe (see `unload_mid_flow`).
@@ -124,20 +133,22 @@ mod flows {
     /// bpf_bbr's shared-link check.
     #[test]
     fn solo_bpf_bbr_matches_native_bbr_at_40ms() {
-        let rtt = std::time::Duration::from_millis(40);
-        let rate = 20_000_000;
-        crate::common::equivalence::solo_bpf_bbr_matches_native_bbr(
-            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
-                .with_rtts(&[rtt])
-                .userspace(),
-            // One ABBA cycle of 12 s runs: on the host path the runs of one
-            // algorithm agree within 0.2 % in goodput and 4 % in mean RTT
-            // (CI, 2026-11-25: 8 runs of 20 s, 18.93-18.96 Mbit/s,
-            // 44.1-47.8 ms), well inside the test's 5 % and 10 %.
-            12,
-            &["bbr", "bpf_bbr", "bpf_bbr", "bbr"],
-            "host-equivalence-solo.txt",
-        );
+        crate::common::starved::unstarved("solo_bpf_bbr_matches_native_bbr_at_40ms", || {
+            let rtt = std::time::Duration::from_millis(40);
+            let rate = 20_000_000;
+            crate::common::equivalence::solo_bpf_bbr_matches_native_bbr(
+                TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                    .with_rtts(&[rtt])
+                    .userspace(),
+                // One ABBA cycle of 12 s runs: on the host path the runs of one
+                // algorithm agree within 0.2 % in goodput and 4 % in mean RTT
+                // (CI, 2026-11-25: 8 runs of 20 s, 18.93-18.96 Mbit/s,
+                // 44.1-47.8 ms), well inside the test's 5 % and 10 %.
+                12,
+                &["bbr", "bpf_bbr", "bpf_bbr", "bbr"],
+                "host-equivalence-solo.txt",
+            );
+        });
     }
 
     /// bpf_bbr and the kernel's bbr sharing one link (20 Mbit/s, 40 ms,
@@ -149,16 +160,18 @@ mod flows {
     /// probability ~1e-4, one biased to 58 % passes with ~1 %.
     #[test]
     fn bpf_bbr_and_native_bbr_share_a_link_at_40ms() {
-        let rtt = std::time::Duration::from_millis(40);
-        let rate = 20_000_000;
-        crate::common::equivalence::bpf_bbr_and_native_bbr_share_a_link(
-            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
-                .with_rtts(&[rtt, rtt])
-                .userspace(),
-            20,
-            8,
-            "host-equivalence-shared.txt",
-        );
+        crate::common::starved::unstarved("bpf_bbr_and_native_bbr_share_a_link_at_40ms", || {
+            let rtt = std::time::Duration::from_millis(40);
+            let rate = 20_000_000;
+            crate::common::equivalence::bpf_bbr_and_native_bbr_share_a_link(
+                TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                    .with_rtts(&[rtt, rtt])
+                    .userspace(),
+                20,
+                8,
+                "host-equivalence-shared.txt",
+            );
+        });
     }
 
     /// bpf_bbr's modes and gains against BBR v1's (see the function): 20
@@ -167,15 +180,17 @@ mod flows {
     /// RTT sample refreshed min_rtt a few seconds in).
     #[test]
     fn bpf_bbr_phases_follow_bbr_v1_at_40ms() {
-        let rtt = std::time::Duration::from_millis(40);
-        let rate = 20_000_000;
-        crate::common::bbr_v1_gains::bpf_bbr_phases_follow_bbr_v1(
-            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
-                .with_rtts(&[rtt])
-                .userspace(),
-            20,
-            false,
-        );
+        crate::common::starved::unstarved("bpf_bbr_phases_follow_bbr_v1_at_40ms", || {
+            let rtt = std::time::Duration::from_millis(40);
+            let rate = 20_000_000;
+            crate::common::bbr_v1_gains::bpf_bbr_phases_follow_bbr_v1(
+                TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                    .with_rtts(&[rtt])
+                    .userspace(),
+                20,
+                false,
+            );
+        });
     }
 
     /// The same under loss: every 10th data packet from packet 2000 (some
@@ -184,17 +199,19 @@ mod flows {
     /// while recovering, and at least one must see a loss.
     #[test]
     fn bpf_bbr_probe_rtt_holds_under_loss_at_40ms() {
-        let rtt = std::time::Duration::from_millis(40);
-        let rate = 20_000_000;
-        let list: Vec<u64> = (200..5000).map(|k| 10 * k).collect();
-        crate::common::bbr_v1_gains::bpf_bbr_phases_follow_bbr_v1(
-            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
-                .with_rtts(&[rtt])
-                .userspace()
-                .with_loss_list(0, &list),
-            20,
-            true,
-        );
+        crate::common::starved::unstarved("bpf_bbr_probe_rtt_holds_under_loss_at_40ms", || {
+            let rtt = std::time::Duration::from_millis(40);
+            let rate = 20_000_000;
+            let list: Vec<u64> = (200..5000).map(|k| 10 * k).collect();
+            crate::common::bbr_v1_gains::bpf_bbr_phases_follow_bbr_v1(
+                TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                    .with_rtts(&[rtt])
+                    .userspace()
+                    .with_loss_list(0, &list),
+                20,
+                true,
+            );
+        });
     }
 
     /// bpf_bbr against the kernel's bbr phase by phase (issue 27 item 2):
@@ -208,17 +225,19 @@ mod flows {
     /// 15.7 s. The table is in target/ccctl-figures/host-bbr-phases.txt.
     #[test]
     fn bpf_bbr_phases_match_kernel_bbr() {
-        let rtt = std::time::Duration::from_millis(40);
-        let rate = 20_000_000;
-        crate::common::bbr_phases::bpf_bbr_phases_match_kernel_bbr(
-            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 2.0, 1500))
-                .with_rtts(&[rtt])
-                .userspace(),
-            26,
-            &["bbr", "bpf_bbr", "bbr", "bpf_bbr"],
-            "host-bbr-phases.txt",
-            crate::common::bbr_phases::Judge::Every,
-        );
+        crate::common::starved::unstarved("bpf_bbr_phases_match_kernel_bbr", || {
+            let rtt = std::time::Duration::from_millis(40);
+            let rate = 20_000_000;
+            crate::common::bbr_phases::bpf_bbr_phases_match_kernel_bbr(
+                TestbedConfig::new(rate, buffer_bdp(rate, rtt, 2.0, 1500))
+                    .with_rtts(&[rtt])
+                    .userspace(),
+                26,
+                &["bbr", "bpf_bbr", "bbr", "bpf_bbr"],
+                "host-bbr-phases.txt",
+                crate::common::bbr_phases::Judge::Every,
+            );
+        });
     }
 
     /// Ungated, with a base RTT (10 Mbit/s, 40 ms, 1 BDP, userspace path):
@@ -227,27 +246,32 @@ mod flows {
     /// emulated CPU's stalls).
     #[test]
     fn patched_bbr_theta_stays_near_one_ungated_at_40ms() {
-        use crate::common::patched::{pseudocode2_from_trace, Rule};
-        let _clean = Clean::new();
-        let rtt = std::time::Duration::from_millis(40);
-        let rate = 10_000_000;
-        let tb = crate::common::flows::testbed(
-            TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
-                .with_rtts(&[rtt])
-                .userspace(),
-        );
-        let sum = pseudocode2_from_trace(
-            &tb,
-            20,
-            std::time::Duration::from_secs(5),
-            &["--stall-filter", "1"],
-            Rule::DEFAULT,
-        );
-        println!("patched_bbr ungated at 40 ms: {sum:?}");
-        assert!(
-            sum.mean_theta >= 0.9,
-            "mean Θ {:.3} ungated",
-            sum.mean_theta
+        crate::common::starved::unstarved(
+            "patched_bbr_theta_stays_near_one_ungated_at_40ms",
+            || {
+                use crate::common::patched::{pseudocode2_from_trace, Rule};
+                let _clean = Clean::new();
+                let rtt = std::time::Duration::from_millis(40);
+                let rate = 10_000_000;
+                let tb = crate::common::flows::testbed(
+                    TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                        .with_rtts(&[rtt])
+                        .userspace(),
+                );
+                let sum = pseudocode2_from_trace(
+                    &tb,
+                    20,
+                    std::time::Duration::from_secs(5),
+                    &["--stall-filter", "1"],
+                    Rule::DEFAULT,
+                );
+                println!("patched_bbr ungated at 40 ms: {sum:?}");
+                assert!(
+                    sum.mean_theta >= 0.9,
+                    "mean Θ {:.3} ungated",
+                    sum.mean_theta
+                );
+            },
         );
     }
 
@@ -261,33 +285,37 @@ mod flows {
     /// forced by the gates of `patched_theta_matches_the_gate_at_every_level`.
     #[test]
     fn patched_bbr_follows_pseudocode2() {
-        use crate::common::patched::{pseudocode2_from_trace, Rule};
-        let _clean = Clean::new();
-        let tb =
-            crate::common::flows::testbed(TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)));
-        let rule = Rule {
-            theta_little: 1023.0 / 1024.0,
-            theta_heavy: 922.0 / 1024.0,
-            alpha: [2.0, 1.0, 0.0],
-        };
-        let sum = pseudocode2_from_trace(
-            &tb,
-            12,
-            std::time::Duration::from_secs(2),
-            &[
-                "--off-thresh",
-                "0.1",
-                "--theta-little",
-                "0.999",
-                "--theta-heavy",
-                "0.9",
-            ],
-            rule,
-        );
-        assert!(
-            sum.probe_bw > 1000 && sum.theta_updates > 0,
-            "too little of the trace checked against the tuned rule: {sum:?}"
-        );
+        crate::common::starved::unstarved("patched_bbr_follows_pseudocode2", || {
+            use crate::common::patched::{pseudocode2_from_trace, Rule};
+            let _clean = Clean::new();
+            let tb = crate::common::flows::testbed(TestbedConfig::new(
+                RATE_BPS,
+                buffer_packets(100, 1500),
+            ));
+            let rule = Rule {
+                theta_little: 1023.0 / 1024.0,
+                theta_heavy: 922.0 / 1024.0,
+                alpha: [2.0, 1.0, 0.0],
+            };
+            let sum = pseudocode2_from_trace(
+                &tb,
+                12,
+                std::time::Duration::from_secs(2),
+                &[
+                    "--off-thresh",
+                    "0.1",
+                    "--theta-little",
+                    "0.999",
+                    "--theta-heavy",
+                    "0.9",
+                ],
+                rule,
+            );
+            assert!(
+                sum.probe_bw > 1000 && sum.theta_updates > 0,
+                "too little of the trace checked against the tuned rule: {sum:?}"
+            );
+        });
     }
 }
 
@@ -373,7 +401,9 @@ mod dstar {
     /// (a 10 s host run: 17 timeouts; 5 s leave some 8 for the 2 needed).
     #[test]
     fn dstar_drains_after_a_min_rtt_timeout_at_40ms() {
-        dstar::dstar_drains_after_min_rtt_timeout(link_40ms(1.0), 5, 300);
+        crate::common::starved::unstarved("dstar_drains_after_a_min_rtt_timeout_at_40ms", || {
+            dstar::dstar_drains_after_min_rtt_timeout(link_40ms(1.0), 5, 300);
+        });
     }
 
     /// Sec. 3.3's exit on loss, forced: the loss list drops data packet 40
@@ -384,7 +414,12 @@ mod dstar {
     /// likely: an early BDP exit was accepted there).
     #[test]
     fn dstar_slow_start_exits_on_a_listed_loss_at_40ms() {
-        dstar::dstar_slow_start_exits_on_loss(link_40ms(1.0).with_loss_list(0, &[40]), 5);
+        crate::common::starved::unstarved(
+            "dstar_slow_start_exits_on_a_listed_loss_at_40ms",
+            || {
+                dstar::dstar_slow_start_exits_on_loss(link_40ms(1.0).with_loss_list(0, &[40]), 5);
+            },
+        );
     }
 
     /// Reading 9 at 40 ms: 2 s bursts (slow start to a 67-packet BDP takes
@@ -392,7 +427,9 @@ mod dstar {
     /// RTO about 250 ms, asserted below half of it).
     #[test]
     fn dstar_idle_restart_follows_the_sysctl_at_40ms() {
-        dstar::dstar_idle_restart_follows_the_sysctl(|| link_40ms(1.0), Duration::from_secs(2));
+        crate::common::starved::unstarved("dstar_idle_restart_follows_the_sysctl_at_40ms", || {
+            dstar::dstar_idle_restart_follows_the_sysctl(|| link_40ms(1.0), Duration::from_secs(2));
+        });
     }
 
     /// Reading 11 with the RTO forced by a loss list, packet by packet.
@@ -413,11 +450,16 @@ mod dstar {
     /// RTO's is 22 and the numbering after it is the same.
     #[test]
     fn dstar_rto_restart_ignores_losses_in_its_loss_state_at_40ms() {
-        let mut list: Vec<u64> = (11..=21).collect();
-        list.push(23);
-        dstar::dstar_rto_restart_ignores_losses_in_its_loss_state(
-            link_40ms(1.0).with_loss_list(0, &list),
-            4,
+        crate::common::starved::unstarved(
+            "dstar_rto_restart_ignores_losses_in_its_loss_state_at_40ms",
+            || {
+                let mut list: Vec<u64> = (11..=21).collect();
+                list.push(23);
+                dstar::dstar_rto_restart_ignores_losses_in_its_loss_state(
+                    link_40ms(1.0).with_loss_list(0, &list),
+                    4,
+                );
+            },
         );
     }
 
@@ -442,23 +484,25 @@ mod dstar {
     /// %), so a D* that merely sends less fails.
     #[test]
     fn dstar_many_flow_rtt_below_bpf_bbr_at_100ms() {
-        let rate = 20_000_000;
-        let rtt = Duration::from_millis(100);
-        crate::common::outcomes::many_flow_rtt_below_bpf_bbr(
-            || {
-                TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
-                    .with_rtts(&[rtt])
-                    .userspace()
-            },
-            "dstar",
-            16,
-            20,
-            5.0,
-            2,
-            10.0,
-            0.90,
-            "host-dstar-many-flow-rtt.txt",
-        );
+        crate::common::starved::unstarved("dstar_many_flow_rtt_below_bpf_bbr_at_100ms", || {
+            let rate = 20_000_000;
+            let rtt = Duration::from_millis(100);
+            crate::common::outcomes::many_flow_rtt_below_bpf_bbr(
+                || {
+                    TestbedConfig::new(rate, buffer_bdp(rate, rtt, 1.0, 1500))
+                        .with_rtts(&[rtt])
+                        .userspace()
+                },
+                "dstar",
+                16,
+                20,
+                5.0,
+                2,
+                10.0,
+                0.90,
+                "host-dstar-many-flow-rtt.txt",
+            );
+        });
     }
 
     fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -518,20 +562,25 @@ mod modest {
     /// a lossy round must be judged (max_win down to the midpoint).
     #[test]
     fn search_follows_alg1_with_lossy_rounds_forced_at_40ms() {
-        let rate = 10_000_000;
-        let list: Vec<u64> = (0..12)
-            .flat_map(|k| {
-                let base = 1500 + 700 * k;
-                [base, base + 25, base + 50, base + 75]
-            })
-            .collect();
-        modest::modest_search_follows_alg1(
-            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500))
-                .with_rtts(&[RTT, RTT])
-                .userspace()
-                .with_loss_list(0, &list),
-            20,
-            20,
+        crate::common::starved::unstarved(
+            "search_follows_alg1_with_lossy_rounds_forced_at_40ms",
+            || {
+                let rate = 10_000_000;
+                let list: Vec<u64> = (0..12)
+                    .flat_map(|k| {
+                        let base = 1500 + 700 * k;
+                        [base, base + 25, base + 50, base + 75]
+                    })
+                    .collect();
+                modest::modest_search_follows_alg1(
+                    TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500))
+                        .with_rtts(&[RTT, RTT])
+                        .userspace()
+                        .with_loss_list(0, &list),
+                    20,
+                    20,
+                );
+            },
         );
     }
 
@@ -540,19 +589,29 @@ mod modest {
     /// at most 0.3x as much (see the function for the measured values).
     #[test]
     fn modest_leaves_cubic_more_room_than_bpf_bbr_at_40ms() {
-        crate::common::outcomes::modest_leaves_cubic_more_room_than_bpf_bbr(20);
+        crate::common::starved::unstarved(
+            "modest_leaves_cubic_more_room_than_bpf_bbr_at_40ms",
+            || {
+                crate::common::outcomes::modest_leaves_cubic_more_room_than_bpf_bbr(20);
+            },
+        );
     }
 
     /// Sec. III-B's Proportion <= W_max, from the trace: W_max 0.8 (W_min
     /// 0.5) on 10 Mbit/s, 40 ms, a 0.25 BDP buffer beside Cubic, 15 s.
     #[test]
     fn w_max_bounds_the_searched_window_and_pacing_at_40ms() {
-        let rate = 10_000_000;
-        crate::common::modest_wmax::w_max_bounds_the_search(
-            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500))
-                .with_rtts(&[RTT, RTT])
-                .userspace(),
-            15,
+        crate::common::starved::unstarved(
+            "w_max_bounds_the_searched_window_and_pacing_at_40ms",
+            || {
+                let rate = 10_000_000;
+                crate::common::modest_wmax::w_max_bounds_the_search(
+                    TestbedConfig::new(rate, buffer_bdp(rate, RTT, 0.25, 1500))
+                        .with_rtts(&[RTT, RTT])
+                        .userspace(),
+                    15,
+                );
+            },
         );
     }
     /// No pinning: a lone modest_bbr flow (W_min 0.25) whose data path
@@ -568,63 +627,68 @@ mod modest {
     /// linear phase stops at last_cwnd for good fails it.
     #[test]
     fn a_lone_flow_is_back_to_the_link_after_an_early_loss_burst_at_40ms() {
-        const BURST_SECS: u64 = 1;
-        const BURST_LOSS: f64 = 0.15;
-        // W_min 0.25: a search ends at most at (1 + W_min) / 2 = 0.625 of
-        // the window in force, so a flow that keeps its searched window
-        // stays well under the 90 % asked below whatever the loss timing
-        // (at the default 0.75, 0.875: such a design reached 0.70-0.85 of
-        // the link in 5 runs, too close to 0.9 to be sure to fail).
-        const W_MIN: &str = "0.25";
-        use crate::common::{ccctl, flows, Clean};
-        let _clean = Clean::new();
-        let rate = 20_000_000;
-        let cfg = || {
-            TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500))
-                .with_rtts(&[RTT])
-                .with_loss(0.0)
-                .userspace()
-        };
-        let tb = flows::testbed(cfg());
-        let reference = ccctl_lab::iperf::run_flow(
-            &tb,
-            &ccctl_lab::iperf::FlowSpec::new(0, "cubic", Duration::from_secs(8)),
-        )
-        .expect("reference flow")
-        .goodput_bps;
-        drop(tb);
-        assert!(
-            reference >= 0.9 * rate as f64,
-            "the reference Cubic flow carried {:.1} of {} Mbit/s: the path, not Modest",
-            reference / 1e6,
-            rate / 1_000_000
-        );
-        ccctl(&["load", "modest-bbr", "--wmin", W_MIN]).ok();
-        let r = modest::lone_flow_through_a_loss_burst(
-            "modest_bbr",
-            cfg(),
-            Duration::from_secs(2),
-            Duration::from_secs(BURST_SECS),
-            BURST_LOSS,
-        );
-        let back = r.median_bps(modest::RECOVERY_SECS - 5, modest::RECOVERY_SECS);
-        println!(
-            "modest_bbr, 20 Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} before a {:.1} s burst of {:.0} % loss, {} retransmits in it; per second after: {:?}; median of seconds 5-10 {:.1} Mbit/s = {:.0} % of the link",
-            reference / 1e6,
-            r.before_bps / 1e6,
-            r.burst_secs,
-            100.0 * BURST_LOSS,
-            r.retrans_in_burst,
-            r.per_second_bps.iter().map(|b| (b / 1e5).round() / 10.0).collect::<Vec<_>>(),
-            back / 1e6,
-            100.0 * back / reference
-        );
-        assert!(r.retrans_in_burst > 0, "the burst forced no retransmission");
-        assert!(
-            back >= 0.9 * reference,
-            "pinned: a median {:.1} Mbit/s over seconds 5-10 after the burst, below 90 % of the {:.1} Mbit/s the link carries",
-            back / 1e6,
-            reference / 1e6
+        crate::common::starved::unstarved(
+            "a_lone_flow_is_back_to_the_link_after_an_early_loss_burst_at_40ms",
+            || {
+                const BURST_SECS: u64 = 1;
+                const BURST_LOSS: f64 = 0.15;
+                // W_min 0.25: a search ends at most at (1 + W_min) / 2 = 0.625 of
+                // the window in force, so a flow that keeps its searched window
+                // stays well under the 90 % asked below whatever the loss timing
+                // (at the default 0.75, 0.875: such a design reached 0.70-0.85 of
+                // the link in 5 runs, too close to 0.9 to be sure to fail).
+                const W_MIN: &str = "0.25";
+                use crate::common::{ccctl, flows, Clean};
+                let _clean = Clean::new();
+                let rate = 20_000_000;
+                let cfg = || {
+                    TestbedConfig::new(rate, buffer_bdp(rate, RTT, 1.0, 1500))
+                        .with_rtts(&[RTT])
+                        .with_loss(0.0)
+                        .userspace()
+                };
+                let tb = flows::testbed(cfg());
+                let reference = ccctl_lab::iperf::run_flow(
+                    &tb,
+                    &ccctl_lab::iperf::FlowSpec::new(0, "cubic", Duration::from_secs(8)),
+                )
+                .expect("reference flow")
+                .goodput_bps;
+                drop(tb);
+                assert!(
+                    reference >= 0.9 * rate as f64,
+                    "the reference Cubic flow carried {:.1} of {} Mbit/s: the path, not Modest",
+                    reference / 1e6,
+                    rate / 1_000_000
+                );
+                ccctl(&["load", "modest-bbr", "--wmin", W_MIN]).ok();
+                let r = modest::lone_flow_through_a_loss_burst(
+                    "modest_bbr",
+                    cfg(),
+                    Duration::from_secs(2),
+                    Duration::from_secs(BURST_SECS),
+                    BURST_LOSS,
+                );
+                let back = r.median_bps(modest::RECOVERY_SECS - 5, modest::RECOVERY_SECS);
+                println!(
+                "modest_bbr, 20 Mbit/s (reference Cubic {:.1}), 40 ms, 1 BDP: {:.1} before a {:.1} s burst of {:.0} % loss, {} retransmits in it; per second after: {:?}; median of seconds 5-10 {:.1} Mbit/s = {:.0} % of the link",
+                reference / 1e6,
+                r.before_bps / 1e6,
+                r.burst_secs,
+                100.0 * BURST_LOSS,
+                r.retrans_in_burst,
+                r.per_second_bps.iter().map(|b| (b / 1e5).round() / 10.0).collect::<Vec<_>>(),
+                back / 1e6,
+                100.0 * back / reference
+            );
+                assert!(r.retrans_in_burst > 0, "the burst forced no retransmission");
+                assert!(
+                back >= 0.9 * reference,
+                "pinned: a median {:.1} Mbit/s over seconds 5-10 after the burst, below 90 % of the {:.1} Mbit/s the link carries",
+                back / 1e6,
+                reference / 1e6
+            );
+            },
         );
     }
 }
@@ -1069,12 +1133,22 @@ mod path {
 
     #[test]
     fn ping_takes_the_configured_rtt_from_10_to_200_ms() {
-        path::ping_takes_the_configured_rtt(&[10, 50, 200]);
+        crate::common::starved::unstarved(
+            "ping_takes_the_configured_rtt_from_10_to_200_ms",
+            || {
+                path::ping_takes_the_configured_rtt(&[10, 50, 200]);
+            },
+        );
     }
 
     #[test]
     fn rate_and_queue_limits_in_packets_and_bytes_hold() {
-        path::rate_and_queue_limits_hold();
+        crate::common::starved::unstarved(
+            "rate_and_queue_limits_in_packets_and_bytes_hold",
+            || {
+                path::rate_and_queue_limits_hold();
+            },
+        );
     }
 
     #[test]
@@ -1084,7 +1158,12 @@ mod path {
 
     #[test]
     fn fq_codel_isolates_a_sparse_flow_where_tail_drop_does_not() {
-        path::fq_codel_isolates_a_sparse_flow();
+        crate::common::starved::unstarved(
+            "fq_codel_isolates_a_sparse_flow_where_tail_drop_does_not",
+            || {
+                path::fq_codel_isolates_a_sparse_flow();
+            },
+        );
     }
 
     #[test]
@@ -1097,14 +1176,16 @@ mod path {
     /// sender's link in an On window, within 1 ms, both directions.
     #[test]
     fn sender_gate_passes_packets_only_in_on_windows() {
-        let _clean = crate::common::Clean::new();
-        crate::common::patched::gate_passes_packets_only_in_on_windows(
-            50_000_000,
-            std::time::Duration::from_millis(40),
-            20,
-            60,
-            ccctl_lab::testbed::PathKind::Userspace,
-        );
+        crate::common::starved::unstarved("sender_gate_passes_packets_only_in_on_windows", || {
+            let _clean = crate::common::Clean::new();
+            crate::common::patched::gate_passes_packets_only_in_on_windows(
+                50_000_000,
+                std::time::Duration::from_millis(40),
+                20,
+                60,
+                ccctl_lab::testbed::PathKind::Userspace,
+            );
+        });
     }
 
     #[test]
@@ -1119,7 +1200,9 @@ mod path {
 
     #[test]
     fn a_descheduled_emulator_keeps_its_links_rate() {
-        crate::common::path::a_descheduled_emulator_keeps_its_links_rate();
+        crate::common::starved::unstarved("a_descheduled_emulator_keeps_its_links_rate", || {
+            crate::common::path::a_descheduled_emulator_keeps_its_links_rate();
+        });
     }
 
     #[test]
@@ -1142,43 +1225,45 @@ mod patched_host {
     /// Θ fails: Little and Medium are 0.25 apart, Heavy 0.375 from Medium).
     #[test]
     fn patched_theta_matches_the_gate_at_every_level() {
-        let _clean = Clean::new();
-        let mut got = Vec::new();
-        for (name, on, off) in LEVELS {
-            let truth = on as f64 / (on + off) as f64;
-            let sum = patched::theta_behind_gate(Some((on, off)));
-            println!(
-                "{name} (On {on} / Off {off} ms): Θ {:.3}, gate {truth:.3}, {sum:?}",
-                sum.mean_theta
-            );
-            got.push((name, sum, truth));
-        }
-        // Each gate forces its level of eq. 38 under the default thresholds
-        // (2/3 and 1/3; the gates' Θ 0.75, 0.5, 0.125 sit 0.08 or more from
-        // them), so every branch of Pseudocode 2 is taken here, not by
-        // chance: the level with most PROBE_BW events is the gate's (levels
-        // are counted heavy, medium, little); below Little the probe's pacing
-        // gain is boosted (eq. 37) and every gated run corrects D by Θ
-        // (eq. 36). Pseudocode2's own check recomputed every event.
-        for (level, (name, sum, truth)) in [2usize, 1, 0].into_iter().zip(got) {
-            let theta = sum.mean_theta;
-            assert!(
-                (theta - truth).abs() <= 0.1,
-                "{name}: Θ {theta:.3} against the gate's {truth:.3}"
-            );
-            let top = (0..3).max_by_key(|&l| sum.levels[l]).unwrap_or(0);
-            assert_eq!(
-                top, level,
-                "{name}: most events at level {top} (0 heavy, 1 medium, 2 little), not {level}: {sum:?}"
-            );
-            assert!(
-                sum.corrected > 0,
-                "{name}: no sample corrected by Θ: {sum:?}"
-            );
-            if level < 2 {
-                assert!(sum.boosted > 0, "{name}: no boosted probe: {sum:?}");
+        crate::common::starved::unstarved("patched_theta_matches_the_gate_at_every_level", || {
+            let _clean = Clean::new();
+            let mut got = Vec::new();
+            for (name, on, off) in LEVELS {
+                let truth = on as f64 / (on + off) as f64;
+                let sum = patched::theta_behind_gate(Some((on, off)));
+                println!(
+                    "{name} (On {on} / Off {off} ms): Θ {:.3}, gate {truth:.3}, {sum:?}",
+                    sum.mean_theta
+                );
+                got.push((name, sum, truth));
             }
-        }
+            // Each gate forces its level of eq. 38 under the default thresholds
+            // (2/3 and 1/3; the gates' Θ 0.75, 0.5, 0.125 sit 0.08 or more from
+            // them), so every branch of Pseudocode 2 is taken here, not by
+            // chance: the level with most PROBE_BW events is the gate's (levels
+            // are counted heavy, medium, little); below Little the probe's pacing
+            // gain is boosted (eq. 37) and every gated run corrects D by Θ
+            // (eq. 36). Pseudocode2's own check recomputed every event.
+            for (level, (name, sum, truth)) in [2usize, 1, 0].into_iter().zip(got) {
+                let theta = sum.mean_theta;
+                assert!(
+                    (theta - truth).abs() <= 0.1,
+                    "{name}: Θ {theta:.3} against the gate's {truth:.3}"
+                );
+                let top = (0..3).max_by_key(|&l| sum.levels[l]).unwrap_or(0);
+                assert_eq!(
+                    top, level,
+                    "{name}: most events at level {top} (0 heavy, 1 medium, 2 little), not {level}: {sum:?}"
+                );
+                assert!(
+                    sum.corrected > 0,
+                    "{name}: no sample corrected by Θ: {sum:?}"
+                );
+                if level < 2 {
+                    assert!(sum.boosted > 0, "{name}: no boosted probe: {sum:?}");
+                }
+            }
+        });
     }
 
     /// Pseudocode 2 read back from the trace behind the Heavy gate (On 10
@@ -1189,11 +1274,16 @@ mod patched_host {
     /// heavy level only by chance: a run on 2026-11-25 had none).
     #[test]
     fn patched_bbr_follows_pseudocode2_behind_a_heavy_gate() {
-        let _clean = Clean::new();
-        let sum = patched::theta_behind_gate(Some((10, 70)));
-        assert!(
-            sum.levels[0] > 0 && sum.boosted > 0,
-            "the Heavy gate gave no heavy-level event or no boosted probe: {sum:?}"
+        crate::common::starved::unstarved(
+            "patched_bbr_follows_pseudocode2_behind_a_heavy_gate",
+            || {
+                let _clean = Clean::new();
+                let sum = patched::theta_behind_gate(Some((10, 70)));
+                assert!(
+                    sum.levels[0] > 0 && sum.boosted > 0,
+                    "the Heavy gate gave no heavy-level event or no boosted probe: {sum:?}"
+                );
+            },
         );
     }
 
@@ -1204,15 +1294,17 @@ mod patched_host {
     /// 1.1x the link: departure 7 of docs/algorithms/patched_bbr.md).
     #[test]
     fn patched_theta_ungated_is_near_one() {
-        let _clean = Clean::new();
-        let sum = patched::theta_behind_gate(None);
-        println!("ungated: {sum:?}");
-        assert!(sum.mean_theta >= 0.95, "ungated Θ {:.3}", sum.mean_theta);
-        assert!(
-            sum.min_theta_entering_probe_bw >= 0.95,
-            "ungated Θ {:.3} in the first 2 s of PROBE_BW",
-            sum.min_theta_entering_probe_bw
-        );
+        crate::common::starved::unstarved("patched_theta_ungated_is_near_one", || {
+            let _clean = Clean::new();
+            let sum = patched::theta_behind_gate(None);
+            println!("ungated: {sum:?}");
+            assert!(sum.mean_theta >= 0.95, "ungated Θ {:.3}", sum.mean_theta);
+            assert!(
+                sum.min_theta_entering_probe_bw >= 0.95,
+                "ungated Θ {:.3} in the first 2 s of PROBE_BW",
+                sum.min_theta_entering_probe_bw
+            );
+        });
     }
 
     /// Heavy gate (On 10 / Off 70 ms): patched_bbr's goodput against
@@ -1221,40 +1313,42 @@ mod patched_host {
     /// the throughput must not come from a standing queue).
     #[test]
     fn patched_beats_bpf_bbr_under_a_heavy_gate() {
-        let _clean = Clean::new();
-        let heavy = Some((10, 70));
-        let rate = 150_000_000;
-        let bbr = patched::flow_behind_gate("bpf-bbr", "bpf_bbr", rate, heavy, 20);
-        let ours = patched::flow_behind_gate("patched-bbr", "patched_bbr", rate, heavy, 20);
-        let rtt = |f: &ccctl_lab::iperf::FlowResult| {
-            f.mean_rtt_us
-                .expect("iperf3 reported the sender's mean RTT") as f64
-                / 1e3
-        };
-        println!(
-            "Heavy gate: patched_bbr {:.2} Mbit/s, RTT {:.1} ms, {} retransmissions; \
-             bpf_bbr {:.2} Mbit/s, RTT {:.1} ms, {} retransmissions; goodput ratio {:.2}, RTT ratio {:.2}",
-            ours.goodput_bps / 1e6,
-            rtt(&ours),
-            ours.retransmits,
-            bbr.goodput_bps / 1e6,
-            rtt(&bbr),
-            bbr.retransmits,
-            ours.goodput_bps / bbr.goodput_bps.max(1.0),
-            rtt(&ours) / rtt(&bbr)
-        );
-        assert!(
-            ours.goodput_bps >= 3.0 * bbr.goodput_bps,
-            "patched_bbr {:.0} bit/s, bpf_bbr {:.0}",
-            ours.goodput_bps,
-            bbr.goodput_bps
-        );
-        assert!(
-            rtt(&ours) <= 1.25 * rtt(&bbr),
-            "patched_bbr's mean RTT {:.1} ms, bpf_bbr's {:.1} ms: more than 1.25x",
-            rtt(&ours),
-            rtt(&bbr)
-        );
+        crate::common::starved::unstarved("patched_beats_bpf_bbr_under_a_heavy_gate", || {
+            let _clean = Clean::new();
+            let heavy = Some((10, 70));
+            let rate = 150_000_000;
+            let bbr = patched::flow_behind_gate("bpf-bbr", "bpf_bbr", rate, heavy, 20);
+            let ours = patched::flow_behind_gate("patched-bbr", "patched_bbr", rate, heavy, 20);
+            let rtt = |f: &ccctl_lab::iperf::FlowResult| {
+                f.mean_rtt_us
+                    .expect("iperf3 reported the sender's mean RTT") as f64
+                    / 1e3
+            };
+            println!(
+                "Heavy gate: patched_bbr {:.2} Mbit/s, RTT {:.1} ms, {} retransmissions; \
+                 bpf_bbr {:.2} Mbit/s, RTT {:.1} ms, {} retransmissions; goodput ratio {:.2}, RTT ratio {:.2}",
+                ours.goodput_bps / 1e6,
+                rtt(&ours),
+                ours.retransmits,
+                bbr.goodput_bps / 1e6,
+                rtt(&bbr),
+                bbr.retransmits,
+                ours.goodput_bps / bbr.goodput_bps.max(1.0),
+                rtt(&ours) / rtt(&bbr)
+            );
+            assert!(
+                ours.goodput_bps >= 3.0 * bbr.goodput_bps,
+                "patched_bbr {:.0} bit/s, bpf_bbr {:.0}",
+                ours.goodput_bps,
+                bbr.goodput_bps
+            );
+            assert!(
+                rtt(&ours) <= 1.25 * rtt(&bbr),
+                "patched_bbr's mean RTT {:.1} ms, bpf_bbr's {:.1} ms: more than 1.25x",
+                rtt(&ours),
+                rtt(&bbr)
+            );
+        });
     }
 
     /// Unloaded during a Heavy-gated flow, patched_bbr's socket keeps its
@@ -1262,23 +1356,25 @@ mod patched_host {
     /// every traced ACK has Θ = 1 (the tracer-lost rule, departure 10).
     #[test]
     fn patched_theta_returns_to_one_after_unload() {
-        let _clean = Clean::new();
-        let r = patched::unload_during_a_gated_flow();
-        assert!(
-            r.theta_before < 0.5,
-            "Θ before the unload {:.3}: the gate was not seen",
-            r.theta_before
-        );
-        assert!(
-            r.events_after > 100,
-            "{} events after the unload",
-            r.events_after
-        );
-        assert_eq!(
-            r.stale_after, 0,
-            "{} of {} ACKs after the unload ran with Θ != 1",
-            r.stale_after, r.events_after
-        );
+        crate::common::starved::unstarved("patched_theta_returns_to_one_after_unload", || {
+            let _clean = Clean::new();
+            let r = patched::unload_during_a_gated_flow();
+            assert!(
+                r.theta_before < 0.5,
+                "Θ before the unload {:.3}: the gate was not seen",
+                r.theta_before
+            );
+            assert!(
+                r.events_after > 100,
+                "{} events after the unload",
+                r.events_after
+            );
+            assert_eq!(
+                r.stale_after, 0,
+                "{} of {} ACKs after the unload ran with Θ != 1",
+                r.stale_after, r.events_after
+            );
+        });
     }
 }
 
@@ -1333,12 +1429,22 @@ mod policy {
 
     #[test]
     fn policy_judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one() {
-        crate::common::policy_judge::judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one();
+        crate::common::starved::unstarved(
+            "policy_judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one",
+            || {
+                crate::common::policy_judge::judge_rolls_back_a_harmful_canary_and_keeps_a_harmless_one();
+            },
+        );
     }
 
     #[test]
     fn policy_judge_holds_the_control_harm_against_its_baseline() {
-        crate::common::policy_judge::judge_holds_the_control_harm_against_its_baseline();
+        crate::common::starved::unstarved(
+            "policy_judge_holds_the_control_harm_against_its_baseline",
+            || {
+                crate::common::policy_judge::judge_holds_the_control_harm_against_its_baseline();
+            },
+        );
     }
 
     #[test]

@@ -91,11 +91,13 @@ mod flows {
     /// Unloading while a flow uses bpf_bbr is safe (see `unload_mid_flow`).
     #[test]
     fn unload_while_a_flow_runs_is_safe() {
-        let _clean = Clean::new();
-        unload_mid_flow(
-            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
-            Some(0.85),
-        );
+        crate::common::starved::unstarved("unload_while_a_flow_runs_is_safe", || {
+            let _clean = Clean::new();
+            unload_mid_flow(
+                TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+                Some(0.85),
+            );
+        });
     }
 
     /// modest_bbr (struct_ops link, 4-argument cong_control on this kernel)
@@ -104,25 +106,29 @@ mod flows {
     /// the link is well clear of "does not carry traffic".
     #[test]
     fn modest_bbr_carries_a_flow() {
-        crate::common::modest::modest_bbr_carries_a_flow(
-            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
-            10,
-            0.7,
-        );
+        crate::common::starved::unstarved("modest_bbr_carries_a_flow", || {
+            crate::common::modest::modest_bbr_carries_a_flow(
+                TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+                10,
+                0.7,
+            );
+        });
     }
 
     /// patched_bbr (struct_ops link plus its tp_btf transmit tracer, pinned
     /// beside it) carries a flow through the same bottleneck at 85 %.
     #[test]
     fn patched_bbr_carries_a_flow() {
-        let _clean = Clean::new();
-        let (flow, seen) = loaded_flow(
-            "patched-bbr",
-            "patched_bbr",
-            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
-            10,
-        );
-        assert_carries("patched_bbr", RATE_BPS as f64, &flow, &seen, 0.85);
+        crate::common::starved::unstarved("patched_bbr_carries_a_flow", || {
+            let _clean = Clean::new();
+            let (flow, seen) = loaded_flow(
+                "patched-bbr",
+                "patched_bbr",
+                TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+                10,
+            );
+            assert_carries("patched_bbr", RATE_BPS as f64, &flow, &seen, 0.85);
+        });
     }
 
     /// Solo, bpf_bbr's throughput within ±5 % and its mean RTT within
@@ -337,30 +343,36 @@ mod dstar {
     /// 85 % of 50 Mbit/s (measured 96 %).
     #[test]
     fn dstar_carries_a_flow() {
-        dstar::dstar_carries_a_flow(
-            TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
-            10,
-            0.85,
-        );
+        crate::common::starved::unstarved("dstar_carries_a_flow", || {
+            dstar::dstar_carries_a_flow(
+                TestbedConfig::new(RATE_BPS, buffer_packets(100, 1500)),
+                10,
+                0.85,
+            );
+        });
     }
 
     #[test]
     fn dstar_trace_follows_fig1() {
-        dstar::dstar_trace_follows_fig1(
-            TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
-            6,
-        );
+        crate::common::starved::unstarved("dstar_trace_follows_fig1", || {
+            dstar::dstar_trace_follows_fig1(
+                TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
+                6,
+            );
+        });
     }
 
     /// A 50 ms min-RTT window: the RTT here is 2-3 ms, so GAIN 2 ends find
     /// it expired every 20 cycles or so.
     #[test]
     fn dstar_drains_after_a_min_rtt_timeout() {
-        dstar::dstar_drains_after_min_rtt_timeout(
-            TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
-            5,
-            50,
-        );
+        crate::common::starved::unstarved("dstar_drains_after_a_min_rtt_timeout", || {
+            dstar::dstar_drains_after_min_rtt_timeout(
+                TestbedConfig::new(20_000_000, buffer_packets(100, 1500)),
+                5,
+                50,
+            );
+        });
     }
 
     /// The check above fails flows run with other parameters (see the function).

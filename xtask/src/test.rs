@@ -269,7 +269,9 @@ fn panic_tail(output: &str, test: &str) -> Option<String> {
         if line.starts_with("---- ") || line == "failures:" {
             break;
         }
-        if line.contains("' panicked at ") {
+        // `thread 'name' panicked at` or, since Rust 1.88, `thread 'name'
+        // (1234) panicked at`.
+        if line.starts_with("thread '") && line.contains(" panicked at ") {
             inside = true;
             message.clear();
             continue;
@@ -811,7 +813,7 @@ mod tests {
             ---- c::d stdout ----\n\
             some output\n\
             \n\
-            thread 'c::d' panicked at tests/x.rs:3:5:\n\
+            thread 'c::d' (28445) panicked at tests/x.rs:3:5:\n\
             table row 1\n\
             failed lines:\n\
             cwnd outside [4, 4]: [7]\n\

@@ -1304,9 +1304,13 @@ mod patched_host {
     /// where Θ's window still holds the flow's start (STARTUP's wait for
     /// its first ACKs, booked as Off, left Θ 0.86-0.95 there and btl_bw
     /// 1.1x the link: departure 7 of docs/algorithms/patched_bbr.md).
+    /// Θ measures the sender's stalls, and a hypervisor's steal is such
+    /// stalls (the cloud's, which patched BBR was written for): a clean
+    /// clone here read Θ 0.945 under 11.0 % steal (2026-11-29). So an
+    /// attempt counts only at 5 % steal or less, the test's own tolerance.
     #[test]
     fn patched_theta_ungated_is_near_one() {
-        crate::common::starved::unstarved("patched_theta_ungated_is_near_one", || {
+        crate::common::starved::unstarved_within("patched_theta_ungated_is_near_one", 0.05, || {
             let _clean = Clean::new();
             let sum = patched::theta_behind_gate(None);
             println!("ungated: {sum:?}");

@@ -49,37 +49,12 @@ pub fn unstarved_within<T>(what: &str, limit: f64, body: impl FnMut() -> T) -> T
     retake_starved(what, limit, RETAKES, measured_steal, body)
 }
 
-/// The variable `cargo xtask vm` sets in the guest: a file holding the
-/// host's `/proc/stat` first line, rewritten every 0.5 s (xtask/src/vm.rs).
-/// Under TCG the guest's own `/proc/stat` shows no steal, while the host's
-/// steal slows the whole guest; so in the VM the host's count is read.
-pub const HOST_STAT_ENV: &str = "CCCTL_HOST_PROC_STAT";
-
-/// The CPU ticks now: the host's where the VM names them, else this
-/// kernel's.
-fn ticks_now() -> Option<CpuTicks> {
-    match std::env::var_os(HOST_STAT_ENV) {
-        Some(path) => {
-            let text = std::fs::read_to_string(&path);
-            let ticks = text.as_deref().ok().and_then(CpuTicks::parse);
-            if ticks.is_none() {
-                say(&format!(
-                    "{HOST_STAT_ENV}={}: no `cpu` line to read; steal reads as 0",
-                    std::path::Path::new(&path).display()
-                ));
-            }
-            ticks
-        }
-        None => CpuTicks::now().ok(),
-    }
-}
-
 /// The steal share during `f`, from the CPU ticks before and after. A
 /// machine without them reads as unstarved (0), never as starved.
 fn measured_steal(f: &mut dyn FnMut()) -> f64 {
-    let before = ticks_now();
+    let before = CpuTicks::now().ok();
     f();
-    match (before, ticks_now()) {
+    match (before, CpuTicks::now().ok()) {
         (Some(a), Some(b)) => a.steal_share_until(&b),
         _ => 0.0,
     }

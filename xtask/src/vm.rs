@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,61 +103,6 @@ impl Drop for TempFile {
     }
 }
 
-/// The guest's variable naming a file that holds the host's `/proc/stat`
-/// first line, rewritten every [`HOST_STAT_PERIOD`]: under TCG the guest's
-/// own `/proc/stat` has no steal, while the host's steal slows the whole
-/// guest (its CPUs are the host's threads), so the guest's timing tests
-/// read the host's (tests/common/starved.rs).
-pub const HOST_STAT_ENV: &str = "CCCTL_HOST_PROC_STAT";
-const HOST_STAT_PERIOD: Duration = Duration::from_millis(500);
-
-/// Copies the host's `/proc/stat` first line to a file in the target
-/// directory (which the guest shares) until dropped; then the thread stops
-/// and the file goes.
-struct HostStat {
-    file: TempFile,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl HostStat {
-    fn start(path: PathBuf) -> HostStat {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (stop, path) = (stop.clone(), path.clone());
-            let tmp = path.with_extension("tmp");
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
-                        let first = stat.lines().next().unwrap_or_default();
-                        // Written whole, then renamed: a reader never sees half.
-                        if std::fs::write(&tmp, format!("{first}\n")).is_ok() {
-                            let _ = std::fs::rename(&tmp, &path);
-                        }
-                    }
-                    std::thread::sleep(HOST_STAT_PERIOD);
-                }
-                let _ = std::fs::remove_file(&tmp);
-            })
-        };
-        HostStat {
-            file: TempFile(path),
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for HostStat {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(&self.file.0);
-    }
-}
-
 /// Boot a VM, run `spec.cmd` in it, stream its output to ours.
 pub fn run_in_vm(spec: &VmSpec) -> Result<VmOutcome> {
     let target = proc::target_dir()?;
@@ -166,13 +111,7 @@ pub fn run_in_vm(spec: &VmSpec) -> Result<VmOutcome> {
     std::fs::create_dir_all(&script_dir)
         .with_context(|| format!("cannot create {}", script_dir.display()))?;
     let script = TempFile(script_dir.join(format!("vm-{}.sh", std::process::id())));
-    let host_stat = HostStat::start(script_dir.join(format!("host-stat-{}", std::process::id())));
-    let mut env = spec.env.clone();
-    env.push((
-        HOST_STAT_ENV.to_string(),
-        host_stat.file.0.display().to_string(),
-    ));
-    let text = shared::guest_script(&cwd, &shared::guest_env(&env), &spec.cmd)?;
+    let text = shared::guest_script(&cwd, &shared::guest_env(&spec.env), &spec.cmd)?;
     std::fs::File::create(&script.0)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .with_context(|| format!("cannot write {}", script.0.display()))?;
@@ -182,7 +121,7 @@ pub fn run_in_vm(spec: &VmSpec) -> Result<VmOutcome> {
         kernel: spec.kernel.clone(),
         memory: spec.memory.clone(),
         cpus: spec.cpus,
-        env,
+        env: spec.env.clone(),
         rwdirs,
         cmd: spec.cmd.clone(),
     };

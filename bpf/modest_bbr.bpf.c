@@ -443,6 +443,9 @@ static void bbr_hook_undo(struct sock *sk)
 
 	if (!m)
 		return;
+#ifdef CCCTL_MUTANT_UNDO_IGNORED
+	return; /* mutant (tests only): an undone episode keeps its search */
+#endif
 	m->retrans_seen = tcp_sk(sk)->total_retrans;
 	if (m->phase != CCCTL_MODEST_INACTIVE)
 		modest_end_search(sk, m);

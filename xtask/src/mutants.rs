@@ -120,6 +120,14 @@ pub const MUTANTS: &[Mutant] = &[
         expect: "is not delivered",
     },
     Mutant {
+        name: "UNDO_IGNORED",
+        algo: "modest_bbr",
+        stem: "modest_bbr",
+        what: "an undone loss episode keeps its search (departure 10 off)",
+        killer: "modest::spurious_retransmissions_from_reordering_do_not_hold_it_down",
+        expect: "x bpf_bbr on a reordering path",
+    },
+    Mutant {
         name: "LOSS_IGNORED_IN_SLOW_START",
         algo: "dstar",
         stem: "dstar",

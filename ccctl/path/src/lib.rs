@@ -61,7 +61,7 @@ use rattan_env::{Env, MacAddr, NetNs, VethCell};
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
-pub use cells::{GateSchedule, LossList};
+pub use cells::{GateSchedule, LossList, Reorder, MAX_REORDER_DELAY};
 pub use queue::{QueueKind, QueueLimit};
 
 #[derive(Debug, thiserror::Error)]
@@ -133,7 +133,9 @@ pub struct PathSpec {
     /// (one forwarding hop less per packet).
     pub loss: Option<f64>,
     pub loss_lists: Vec<LossList>,
-    /// Seed of the random loss.
+    /// Reordering on the data path, after the losses ([`Reorder`]).
+    pub reorder: Option<Reorder>,
+    /// Seed of the random loss and of the reordering.
     pub seed: u64,
     /// Threads of the emulator's runtime.
     pub workers: usize,
@@ -167,6 +169,9 @@ impl PathSpec {
             if !(0.0..1.0).contains(&p) {
                 return bad(format!("loss probability {p} not in [0, 1)"));
             }
+        }
+        if let Some(why) = self.reorder.and_then(|r| r.problem()) {
+            return bad(why);
         }
         if self.limit.bytes == Some(0) || self.limit.packets == Some(0) {
             return bad("queue limit 0: the queue must hold at least one packet".into());
@@ -213,6 +218,8 @@ pub struct PathStats {
     /// Data-path drops after the bottleneck.
     pub random_losses: u64,
     pub listed_losses: u64,
+    /// Packets the reordering cell let overtake the ones waiting.
+    pub reordered: u64,
     /// Packets the sender gates (both directions) held back for an Off
     /// window.
     pub gate_held: u64,
@@ -331,6 +338,7 @@ struct Shared {
     stop_trace: CancellationToken,
     queue: Arc<queue::QueueCounters>,
     loss: Arc<cells::LossCounters>,
+    reorder: Arc<cells::ReorderCounters>,
     probability: Arc<AtomicU64>,
     gate_data: Arc<cells::GateCounters>,
     gate_acks: Arc<cells::GateCounters>,
@@ -580,6 +588,7 @@ fn build(
             BwCell::new(Bandwidth::from_bps(rate), bottleneck, BwType::NetworkLayer)
         })
         .map_err(rattan("building the bottleneck"))?;
+    let mut data_chain = vec!["bottleneck".to_string()];
     if spec.loss.is_some() || !spec.loss_lists.is_empty() {
         let (prob, lists, seed, lc) = (
             shared.probability.clone(),
@@ -591,10 +600,19 @@ fn build(
             Ok(cells::Loss::new(prob, &lists, seed, lc))
         })
         .map_err(rattan("building the loss cell"))?;
-        core.link_cell("bottleneck".into(), "loss".into());
-        core.link_cell("loss".into(), "right".into());
-    } else {
-        core.link_cell("bottleneck".into(), "right".into());
+        data_chain.push("loss".into());
+    }
+    if let Some(r) = spec.reorder {
+        let (seed, rc) = (spec.seed, shared.reorder.clone());
+        core.build_cell("reorder".into(), move |_| {
+            cells::Reordering::new(r, seed, rc)
+        })
+        .map_err(rattan("building the reordering cell"))?;
+        data_chain.push("reorder".into());
+    }
+    data_chain.push("right".into());
+    for w in data_chain.windows(2) {
+        core.link_cell(w[0].clone(), w[1].clone());
     }
     for (i, s) in spec.senders.iter().enumerate() {
         let mut first = "bottleneck".to_string();
@@ -691,6 +709,7 @@ impl PathEmulator {
             max_backlog_bytes: r(&q.max_backlog_bytes),
             random_losses: r(&self.shared.loss.random),
             listed_losses: r(&self.shared.loss.listed),
+            reordered: r(&self.shared.reorder.overtook),
             gate_held: r(&self.shared.gate_data.held) + r(&self.shared.gate_acks.held),
             gate_max_data: r(&self.shared.gate_data.max_queued),
             gate_max_acks: r(&self.shared.gate_acks.max_queued),

@@ -45,10 +45,12 @@
 //!   `netem loss P%`. Built with a loss (0 included), the testbed can
 //!   change it while flows run ([`Testbed::set_loss`]: a loss burst).
 //! * Reordering (optional, [`Reorder`]) is the same netem on the same
-//!   path: `delay D reorder P% 50%`, a share P of the packets leaves at
-//!   once and overtakes the others, which wait D (so D adds to the path's
-//!   RTT). Like loss it comes after the bottleneck, as on a path whose
-//!   parallel links (ECMP, link aggregation) differ in delay.
+//!   path: `delay D reorder P% 50%`: packets leave at once and overtake
+//!   the others, which wait D (so D adds to the path's RTT). Like loss it
+//!   comes after the bottleneck, as on a path whose parallel links (ECMP,
+//!   link aggregation) differ in delay. netem's correlated draw lets far
+//!   fewer packets overtake than P (see [`Reorder`]); the userspace path's
+//!   reordering cell lets P overtake.
 //!
 //! TSO/GSO/GRO are switched off on every veth end of the path, so buffer
 //! sizes mean what they say.
@@ -221,7 +223,7 @@ pub struct TestbedConfig {
     /// `Some` (0.0 included) installs the loss path, so that
     /// [`Testbed::set_loss`] can change it later; `None`: no loss path.
     pub loss: Option<f64>,
-    /// Reordering on the data path after the bottleneck (needs netem).
+    /// Reordering on the data path after the bottleneck.
     pub reorder: Option<Reorder>,
     pub aqm: Aqm,
     pub mtu: u32,
@@ -370,19 +372,8 @@ impl TestbedConfig {
                 return Err(Error::Config(format!("loss probability {p} not in [0, 1)")));
             }
         }
-        if let Some(r) = self.reorder {
-            if !(r.share > 0.0 && r.share < 1.0) {
-                return Err(Error::Config(format!(
-                    "reorder share {} not in (0, 1)",
-                    r.share
-                )));
-            }
-            if r.delay.is_zero() || r.delay > MAX_REORDER_DELAY {
-                return Err(Error::Config(format!(
-                    "reorder delay {:?} not in (0, {MAX_REORDER_DELAY:?}]",
-                    r.delay
-                )));
-            }
+        if let Some(why) = self.reorder.and_then(|r| r.problem()) {
+            return Err(Error::Config(why));
         }
         for (i, s) in self.senders.iter().enumerate() {
             if let Some(g) = s.gate {
@@ -426,32 +417,12 @@ impl TestbedConfig {
             if self.aqm == Aqm::CoDel {
                 return only("a CoDel queue");
             }
-        } else if self.reorder.is_some() {
-            return Err(Error::Config(
-                "reordering needs the qdisc testbed (netem); the userspace path emulator has none"
-                    .into(),
-            ));
         }
         Ok(())
     }
 }
 
-/// Reordering on the data path, after the bottleneck: each packet leaves at
-/// once with probability `share` (correlated 50 % with the one before, so
-/// reordered packets come in short runs) and overtakes the others, which
-/// wait `delay`. With a `delay` of many packets' transmission times the
-/// overtaken ones look lost to SACK and RACK until reordering is learnt:
-/// spurious retransmissions, which DSACKs then reveal and the kernel undoes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Reorder {
-    /// Share of the packets that overtake, (0, 1).
-    pub share: f64,
-    /// How long the others wait (added to the path's RTT), (0, 1 s].
-    pub delay: Duration,
-}
-
-/// Longest reordering delay a testbed takes.
-const MAX_REORDER_DELAY: Duration = Duration::from_secs(1);
+pub use ccctl_path::Reorder;
 
 /// How long a gated link may take to be running on both ends before the
 /// testbed gives up (linkwatch delays non-urgent carrier events by up to 1 s).
@@ -926,6 +897,7 @@ impl Testbed {
             },
             mtu: c.mtu,
             loss: c.loss,
+            reorder: c.reorder,
             loss_lists: c
                 .loss_lists
                 .iter()

@@ -17,9 +17,15 @@
 //! - at most [`RETAKES`] attempts are discarded; when every attempt was
 //!   starved, the test fails and says so (the testbed could not be judged);
 //! - an attempt at or below the limit decides: its pass passes, its failure
-//!   fails. A failure is never retaken for being a failure.
+//!   fails. A failure is never retaken for being a failure;
+//! - before a retake the test waits for a quiet spell ([`wait_for_quiet`]):
+//!   steal on this kind of host comes in episodes of minutes (CI's host
+//!   phase of 2026-11-29 lost patched BBR's Θ test to three attempts in a
+//!   row at 24-35 %), and a retake at once falls in the same episode.
 use std::io::Write;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use ccctl_sys::cpu::CpuTicks;
 
@@ -36,17 +42,65 @@ pub const STARVED_STEAL: f64 = 0.20;
 /// Starved attempts discarded at most, after which the test fails.
 pub const RETAKES: usize = 2;
 
+/// How long one quiet-spell reading lasts.
+const QUIET_SPELL: Duration = Duration::from_secs(5);
+
+/// The longest wait for a quiet spell before one retake.
+const QUIET_WAIT: Duration = Duration::from_secs(90);
+
+/// The most a test process waits for quiet spells over all its tests, so
+/// that a host starved for good costs the phase at most this much more.
+const QUIET_BUDGET: Duration = Duration::from_secs(600);
+
+/// Milliseconds this process has waited for quiet spells.
+static QUIET_WAITED_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Waits, the test doing nothing, until a [`QUIET_SPELL`] reads at most
+/// half of `limit` in steal (the neighbours' share alone: our own load is
+/// off), for at most [`QUIET_WAIT`] and within what is left of
+/// [`QUIET_BUDGET`]; then the retake runs whatever the spells read (its
+/// own steal still decides whether it counts). Prints what it waited.
+pub fn wait_for_quiet(what: &str, limit: f64) {
+    let spent = Duration::from_millis(QUIET_WAITED_MS.load(Ordering::Relaxed));
+    let allowed = QUIET_WAIT.min(QUIET_BUDGET.saturating_sub(spent));
+    let start = Instant::now();
+    let mut spells = Vec::new();
+    while start.elapsed() + QUIET_SPELL <= allowed {
+        let steal = measured_steal(&mut || std::thread::sleep(QUIET_SPELL));
+        spells.push(format!("{:.1}", 100.0 * steal));
+        if steal <= limit / 2.0 {
+            break;
+        }
+    }
+    let waited = start.elapsed();
+    QUIET_WAITED_MS.fetch_add(waited.as_millis() as u64, Ordering::Relaxed);
+    say(&format!(
+        "{what}: waited {:.0} s for a quiet spell before the retake (steal per {} s spell: {} %; at most {:.1} % wanted)",
+        waited.as_secs_f64(),
+        QUIET_SPELL.as_secs(),
+        spells.join(", "),
+        50.0 * limit
+    ));
+}
+
 /// Runs `body` as the protocol above says. `what` names the test in the
 /// lines printed for a discarded attempt.
 pub fn unstarved<T>(what: &str, body: impl FnMut() -> T) -> T {
-    retake_starved(what, STARVED_STEAL, RETAKES, measured_steal, body)
+    unstarved_within(what, STARVED_STEAL, body)
 }
 
 /// [`unstarved`] with a stricter limit, for a test whose measured quantity
 /// is itself the sender's stalls (patched BBR's Θ on an ungated path), so
 /// that steal moves it by about as much as its tolerance.
 pub fn unstarved_within<T>(what: &str, limit: f64, body: impl FnMut() -> T) -> T {
-    retake_starved(what, limit, RETAKES, measured_steal, body)
+    retake_starved(
+        what,
+        limit,
+        RETAKES,
+        measured_steal,
+        || wait_for_quiet(what, limit),
+        body,
+    )
 }
 
 /// The steal share during `f`, from the CPU ticks before and after. A
@@ -61,17 +115,22 @@ fn measured_steal(f: &mut dyn FnMut()) -> f64 {
 }
 
 /// The protocol with the steal measurement given (`measure` runs its
-/// argument and returns the steal share during it), so that its unit test
-/// can force starved and unstarved attempts.
+/// argument and returns the steal share during it) and the wait before a
+/// retake (`settle`), so that its unit test can force starved and
+/// unstarved attempts.
 pub fn retake_starved<T>(
     what: &str,
     limit: f64,
     retakes: usize,
     mut measure: impl FnMut(&mut dyn FnMut()) -> f64,
+    mut settle: impl FnMut(),
     mut body: impl FnMut() -> T,
 ) -> T {
     let mut discarded: Vec<f64> = Vec::new();
     loop {
+        if !discarded.is_empty() {
+            settle();
+        }
         let mut outcome = None;
         let steal = measure(&mut || {
             outcome = Some(panic::catch_unwind(AssertUnwindSafe(&mut body)));
@@ -147,49 +206,63 @@ fn outcome<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 
 /// The protocol on forced steal readings (no network, no root): an
 /// unstarved attempt decides at once, pass or fail; a starved attempt is
-/// discarded whether it passed or failed; a test starved in every attempt
-/// fails saying so.
+/// discarded whether it passed or failed, and the wait for a quiet spell
+/// comes before each retake only; a test starved in every attempt fails
+/// saying so.
 pub fn the_protocol_discards_starved_attempts_whatever_they_measured() {
+    use std::cell::Cell;
+    // Each event in order: 'a' an attempt, 's' a wait before a retake.
+    let log = std::cell::RefCell::new(String::new());
+    let settle = || log.borrow_mut().push('s');
+    let taken = || log.replace(String::new());
+    let n = Cell::new(0);
+    let attempt = || {
+        log.borrow_mut().push('a');
+        n.set(n.get() + 1);
+        n.get()
+    };
+
     // Unstarved: one attempt, its pass or its failure stands.
-    let mut n = 0;
-    assert!(outcome(|| retake_starved("t", 0.1, 2, steals(&[0.05]), || n += 1)).is_ok());
-    assert_eq!(n, 1);
-    let mut n = 0;
+    assert!(outcome(|| retake_starved("t", 0.1, 2, steals(&[0.05]), settle, attempt)).is_ok());
+    assert_eq!(taken(), "a");
+    n.set(0);
     let r = outcome(|| {
-        retake_starved("t", 0.1, 2, steals(&[0.1]), || {
-            n += 1;
+        retake_starved("t", 0.1, 2, steals(&[0.1]), settle, || {
+            attempt();
             panic!("wrong")
         })
     });
     assert_eq!(r.unwrap_err(), "wrong", "a failure at the limit stands");
-    assert_eq!(n, 1, "and is not retaken");
+    assert_eq!(taken(), "a", "and is not retaken");
 
-    // A starved pass is retaken, and the unstarved failure after it fails.
-    let mut n = 0;
+    // A starved pass is retaken after a wait, and the unstarved failure
+    // after it fails.
+    n.set(0);
     let r = outcome(|| {
-        retake_starved("t", 0.1, 2, steals(&[0.3, 0.02]), || {
-            n += 1;
-            assert!(n == 1, "attempt {n} failed");
+        retake_starved("t", 0.1, 2, steals(&[0.3, 0.02]), settle, || {
+            let k = attempt();
+            assert!(k == 1, "attempt {k} failed");
         })
     });
     assert_eq!(r.unwrap_err(), "attempt 2 failed");
-    assert_eq!(n, 2);
+    assert_eq!(taken(), "asa");
     // A starved failure is retaken, and the unstarved pass after it passes.
-    let mut n = 0;
+    n.set(0);
     let r = outcome(|| {
-        retake_starved("t", 0.1, 2, steals(&[0.3, 0.02]), || {
-            n += 1;
-            assert!(n == 2, "attempt {n} failed");
-            n
+        retake_starved("t", 0.1, 2, steals(&[0.3, 0.02]), settle, || {
+            let k = attempt();
+            assert!(k == 2, "attempt {k} failed");
+            k
         })
     });
     assert_eq!(r.unwrap(), 2);
+    assert_eq!(taken(), "asa");
 
     // Starved every time: three attempts (RETAKES 2), then a failure.
-    let mut n = 0;
-    let r = outcome(|| retake_starved("t", 0.1, 2, steals(&[0.2, 0.5, 0.11]), || n += 1));
+    n.set(0);
+    let r = outcome(|| retake_starved("t", 0.1, 2, steals(&[0.2, 0.5, 0.11]), settle, attempt));
     let why = r.unwrap_err();
     assert!(why.contains("starved in all 3 attempts"), "{why}");
     assert!(why.contains("20.0 %, 50.0 %, 11.0 %"), "{why}");
-    assert_eq!(n, 3);
+    assert_eq!(taken(), "asasa");
 }

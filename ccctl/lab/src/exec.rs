@@ -208,6 +208,9 @@ pub struct PathUsage {
     /// Packets the userspace path's loss list and random loss dropped.
     pub listed_losses: u64,
     pub random_losses: u64,
+    /// Packets the userspace path's reordering cell let overtake.
+    #[serde(default)]
+    pub reordered: u64,
     /// Packets the kernel dropped at the emulator's sockets before the
     /// emulated path saw them (it fell behind): the run is testbed-limited.
     pub socket_drops: u64,
@@ -246,6 +249,17 @@ pub fn testbed_config(job: &Job, path: PathKind) -> Result<TestbedConfig, LabErr
         }
     }
     cfg.reverse_rate_bps = job.link.reverse_rate.map(|r| r.bps());
+    if let Some(r) = job.link.reorder {
+        // The waiting packets' RTT is the flows' RTT: the delay they wait
+        // comes out of the ACK path (validated below every RTT).
+        for h in &mut cfg.senders {
+            h.rtt = h.rtt.saturating_sub(r.delay.0);
+        }
+        cfg = cfg.with_reorder(testbed::Reorder {
+            share: r.share,
+            delay: r.delay.0,
+        });
+    }
     if let Some(t) = &job.link.trace {
         cfg.trace = Some(
             testbed::BandwidthTrace::load(Path::new(t)).map_err(|e| LabError::Testbed(e.into()))?,
@@ -374,6 +388,7 @@ pub fn run_job(
             .map_or(0.0, |c| c.cpu.as_secs_f64() / flow_secs.max(1e-9)),
         listed_losses: tb.path_stats().map_or(0, |s| s.listed_losses),
         random_losses: tb.path_stats().map_or(0, |s| s.random_losses),
+        reordered: tb.path_stats().map_or(0, |s| s.reordered),
         socket_drops: tb.path_stats().map_or(0, |s| s.socket_drops),
         late_reads: tb.path_stats().map_or(0, |s| s.late_reads),
         max_read_lag_ms: tb
@@ -442,7 +457,7 @@ fn qdisc_description(tb: &Testbed) -> Vec<String> {
     if tb.config().path == PathKind::Userspace {
         let c = tb.config();
         let mut out = vec![format!(
-            "userspace path (ccctl-path, rattan-core): bottleneck {} bit/s{}, {} queue, limit {} B{}{}",
+            "userspace path (ccctl-path, rattan-core): bottleneck {} bit/s{}, {} queue, limit {} B{}{}{}",
             c.rate_bps,
             if c.trace.is_some() { " (bandwidth trace)" } else { "" },
             c.aqm.queue_kind().name(),
@@ -450,6 +465,13 @@ fn qdisc_description(tb: &Testbed) -> Vec<String> {
             c.loss.map(|p| format!(", random loss {p}")).unwrap_or_default(),
             c.reverse_rate_bps
                 .map(|r| format!(", ACK path {r} bit/s"))
+                .unwrap_or_default(),
+            c.reorder
+                .map(|r| format!(
+                    ", reordering: a share {} overtakes, the rest waits {} us",
+                    r.share,
+                    r.delay.as_micros()
+                ))
                 .unwrap_or_default(),
         )];
         for (i, s) in c.senders.iter().enumerate() {

@@ -166,6 +166,7 @@ fn calibration_link(link: &LinkSetting) -> LinkSetting {
         ip: link.ip,
         reverse_rate: None,
         trace: None,
+        reorder: None,
     }
 }
 

@@ -12,6 +12,8 @@
 //! rtt = "30ms"              # base RTT of flows that do not set their own
 //! buffer = "0.3bdp"         # or "100pkt", "150kB"
 //! loss = 0.0                # random loss probability on the data path
+//! reorder = { share = 0.003, delay = "20ms" }   # optional: that share of the data
+//!                           # packets overtakes the rest, which wait `delay` (within `rtt`)
 //! aqm = "tail_drop"         # or "fq_codel"
 //! ip = "v4"                 # or "v6": flows over IPv6 (fd00:ccc::/48 inside the testbed)
 //!
@@ -121,6 +123,23 @@ pub struct Link {
     /// place of `rate` (which still sizes BDP buffers). Host path only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// Reordering on the data path after the bottleneck.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reorder: Option<ReorderSpec>,
+}
+
+/// A path that reorders (parallel links of different delay, ECMP or link
+/// aggregation): a `share` of the data packets overtakes the rest, which
+/// wait `delay` more. The flows' RTT is the RTT of the waiting packets:
+/// `delay` is taken out of the ACK path, so the overtaking ones see
+/// `rtt - delay`, and `delay` must be below every RTT it applies to. On
+/// the host path the share is the share; the VM's netem (`reorder P% 50%`)
+/// lets far fewer packets overtake (docs/lab.md).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReorderSpec {
+    pub share: f64,
+    pub delay: HumanDuration,
 }
 
 /// `ip = "v4"` (198.18.0.0/15) or `"v6"` (unique local fd00:ccc::/48),
@@ -327,6 +346,8 @@ pub struct LinkSetting {
     pub reverse_rate: Option<Rate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reorder: Option<ReorderSpec>,
 }
 
 /// One flow of a run.
@@ -410,6 +431,7 @@ impl Scenario {
                         ip: self.link.ip,
                         reverse_rate: self.link.reverse_rate,
                         trace: self.link.trace.clone(),
+                        reorder: self.link.reorder,
                     });
                 }
             }
@@ -547,6 +569,24 @@ impl Scenario {
                 "link.loss",
                 "a loss probability in [0, 1), e.g. 0.01 for 1 %",
             ));
+        }
+        if let Some(r) = self.link.reorder {
+            if !(r.share > 0.0 && r.share < 1.0) {
+                return Err(bad(
+                    "link.reorder.share",
+                    format!(
+                        "{}: a share of the packets in (0, 1), e.g. 0.003 for 0.3 %",
+                        r.share
+                    ),
+                ));
+            }
+            let max = ccctl_path::MAX_REORDER_DELAY;
+            if r.delay.0.is_zero() || r.delay.0 > max {
+                return Err(bad(
+                    "link.reorder.delay",
+                    format!("{}: must be above 0 and at most {max:?}", r.delay),
+                ));
+            }
         }
         if let Some(k) = &self.kernel {
             if !KERNELS.contains(&k.as_str()) {
@@ -710,8 +750,39 @@ impl Scenario {
                     ));
                 }
             }
+            if let (Some(r), Some(o)) = (g.rtt, self.link.reorder) {
+                if o.delay.0 >= r.0 {
+                    return Err(bad(
+                        format!("{field}.rtt"),
+                        format!(
+                            "{r} is not above link.reorder.delay {}: the delay is part of the RTT",
+                            o.delay
+                        ),
+                    ));
+                }
+            }
             Ok(())
         })?;
+        if let Some(o) = self.link.reorder {
+            let rtts = std::iter::once(("link.rtt".to_string(), self.link.rtt)).chain(
+                self.sweep
+                    .rtt
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (format!("sweep.rtt[{i}]"), *r)),
+            );
+            for (field, rtt) in rtts {
+                if o.delay.0 >= rtt.0 {
+                    return Err(bad(
+                        field,
+                        format!(
+                            "{rtt} is not above link.reorder.delay {}: the delay is part of the RTT",
+                            o.delay
+                        ),
+                    ));
+                }
+            }
+        }
         for (m, groups) in self.matchups().into_iter().enumerate() {
             let total = groups.iter().fold(0u32, |t, g| t.saturating_add(g.count));
             if total > MAX_FLOWS {
@@ -928,6 +999,103 @@ rtt = ["10ms", "50ms"]"#,
             let e = Scenario::from_toml(&text).expect_err(to);
             assert!(e.to_string().contains(needle), "{to}: {e}");
         }
+    }
+
+    /// `link.reorder` reaches every measured run's testbed with its delay
+    /// taken out of the ACK path (the waiting packets' RTT is the flows'
+    /// RTT), the calibration runs on a link without it, and bad values are
+    /// refused naming the field.
+    #[test]
+    fn reordering_reaches_the_testbed_within_the_rtt() {
+        let link = |extra: &str| {
+            let text = format!(
+                "flows = \"cubic:1, bbr:1\"\n{}",
+                BASE.replace(
+                    "buffer = \"0.3bdp\"",
+                    &format!("buffer = \"0.3bdp\"\n{extra}")
+                )
+            );
+            Scenario::from_toml(&text.replacen("\nname", "name", 1))
+        };
+        let sc = link("reorder = { share = 0.003, delay = \"20ms\" }").expect("valid");
+        let plan = crate::plan::plan(&sc);
+        let mut measured = 0;
+        for job in &plan.jobs {
+            let cfg = crate::exec::testbed_config(job, crate::testbed::PathKind::Userspace)
+                .expect("a testbed config");
+            match job.link.reorder {
+                Some(r) => {
+                    measured += 1;
+                    assert_eq!(
+                        cfg.reorder,
+                        Some(crate::testbed::Reorder {
+                            share: 0.003,
+                            delay: Duration::from_millis(20)
+                        })
+                    );
+                    assert!(r.share == 0.003);
+                    assert!(
+                        cfg.senders
+                            .iter()
+                            .all(|h| h.rtt == Duration::from_millis(10)),
+                        "30 ms RTT less the 20 ms the waiting packets wait: {:?}",
+                        cfg.senders
+                    );
+                }
+                None => {
+                    assert_eq!(cfg.reorder, None, "{:?}", job.kind);
+                    assert!(cfg
+                        .senders
+                        .iter()
+                        .all(|h| h.rtt == Duration::from_millis(30)));
+                }
+            }
+        }
+        assert!(
+            measured > 0 && measured < plan.jobs.len(),
+            "calibration without it"
+        );
+
+        let cases: &[(&str, &str)] = &[
+            (
+                "reorder = { share = 1.5, delay = \"20ms\" }",
+                "link.reorder.share",
+            ),
+            (
+                "reorder = { share = nan, delay = \"20ms\" }",
+                "link.reorder.share",
+            ),
+            (
+                "reorder = { share = 0.0, delay = \"20ms\" }",
+                "link.reorder.share",
+            ),
+            (
+                "reorder = { share = 0.1, delay = \"0ms\" }",
+                "link.reorder.delay",
+            ),
+            (
+                "reorder = { share = 0.1, delay = \"2s\" }",
+                "link.reorder.delay",
+            ),
+            (
+                "reorder = { share = 0.1, delay = \"30ms\" }",
+                "link.rtt: 30ms is not above link.reorder.delay",
+            ),
+            (
+                "reorder = { share = 0.1, delay = \"5ms\", gap = 3 }",
+                "unknown field `gap`",
+            ),
+            ("reorder = { share = 0.1 }", "missing field `delay`"),
+        ];
+        for (extra, needle) in cases {
+            let e = link(extra).expect_err(extra);
+            assert!(e.to_string().contains(needle), "{extra}: {e}");
+        }
+        let e = link(
+            "reorder = { share = 0.1, delay = \"20ms\" }\n[sweep]\nrtt = [\"40ms\", \"15ms\"]",
+        )
+        .expect_err("a swept RTT within the delay");
+        assert!(e.to_string().contains("sweep.rtt[1]"), "{e}");
     }
 
     /// `ip = "v6"` reaches every run's link (the calibration's too, see

@@ -1,6 +1,6 @@
 //! Events transposed into column vectors, and the vectors into a
 //! DataFrame (dictionary-encoded strings, nulls for other algorithms' columns).
-use std::{collections::HashMap, hash::BuildHasherDefault};
+use std::{collections::HashMap, hash::BuildHasherDefault, sync::Arc};
 
 use anyhow::Result;
 use ccctl_core::abi::ccctl_event;
@@ -9,6 +9,25 @@ use ccctl_core::trace::event;
 use polars::prelude::*;
 
 use super::COLUMNS;
+
+/// The address columns' Categories, held for the life of the process.
+/// polars keeps Categories by name and namespace in a registry of weak
+/// references, and a Categories that is dropped removes its name from the
+/// registry, whichever object the name points to by then. So when one
+/// thread drops the last reference while another creates the same name,
+/// the drop can remove the newer object's entry, the next lookup makes a
+/// third object, and combining row groups fails with "Categories which
+/// should be equal have different backing objects" (a unit test reading a
+/// trace back while other tests wrote theirs, CI clone of 2026-11-29).
+/// Held here, the count never falls to 0 and every writer and reader in
+/// the process shares one object.
+static ADDR_CATEGORIES: std::sync::LazyLock<Arc<Categories>> = std::sync::LazyLock::new(|| {
+    Categories::new(
+        "addr".into(),
+        "ccctl.trace".into(),
+        CategoricalPhysical::U32,
+    )
+});
 
 /// Addresses as a Categorical column: each address is formatted and
 /// given a category id once, and the Parquet writer stores the ids against
@@ -20,11 +39,7 @@ struct AddrCache {
 
 impl AddrCache {
     pub(super) fn new() -> AddrCache {
-        let cats = Categories::new(
-            "addr".into(),
-            "ccctl.trace".into(),
-            CategoricalPhysical::U32,
-        );
+        let cats = ADDR_CATEGORIES.clone();
         AddrCache {
             ids: HashMap::default(),
             dtype: DataType::from_categories(cats),
@@ -349,3 +364,31 @@ macro_rules! define_columns {
     };
 }
 ccctl_core::with_event_columns!(define_columns);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No session holds the last reference to the address Categories, so
+    /// polars' registry never sees it dropped (see [`ADDR_CATEGORIES`]):
+    /// with a Categories per session the count here would be 1.
+    #[test]
+    fn address_categories_outlive_every_session() {
+        let cats = match &AddrCache::new().dtype {
+            DataType::Categorical(cats, _) => cats.clone(),
+            other => panic!("addresses are {other:?}"),
+        };
+        assert!(
+            Arc::strong_count(&cats) >= 2,
+            "the session was the last holder besides this test"
+        );
+        assert!(Arc::ptr_eq(
+            &cats,
+            &Categories::new(
+                "addr".into(),
+                "ccctl.trace".into(),
+                CategoricalPhysical::U32
+            )
+        ));
+    }
+}

@@ -673,11 +673,19 @@ pub fn lines() -> Vec<Line> {
                 ] // an empty sum is -0.0
             },
         },
+        // The share of cycles whose readings show all three phases in
+        // order. inet_diag read every 4 ms does not see every 0.75 phase:
+        // it ends as soon as inflight is down to the estimated BDP, which
+        // can take one ACK. On the host (2026-11-29) the kernel's own bbr
+        // read 1.000 at 12.7 % CPU steal, 0.985 at 12.2 % and 0.939-0.956
+        // at 34.2 % (bpf_bbr 0.952-0.985 in the same runs), failing the
+        // [1, 1] this line had. A gain cycle without its 0.75 phase, or in
+        // another order, reads 0.
         Line {
             name: "PROBE_BW cycles 1.25 > 0.75 > 1.0",
             unit: "share",
-            spec: Some((1.0, 1.0)),
-            margin: 0.0,
+            spec: Some((0.9, 1.0)),
+            margin: 0.05,
             get: |p| vec![p.cycles_in_order as f64 / p.cycles.max(1) as f64],
         },
         Line {
@@ -1296,6 +1304,23 @@ pub fn analysis_reads_the_spec_and_rejects_wrong_bbrs() {
         );
         println!("{what}: {}", fails.join("; "));
     }
+    // The cycle-order line's [0.9, 1] still fails a cycle without 0.75
+    // (reads 0), and passes a run that missed one 0.75 phase in 20.
+    let no_down = phases(&synthetic(BBR_HIGH, 1.0, 4, 20.26));
+    let (_, fails) = compare(&kernel, &[no_down.clone(), no_down], Judge::Every);
+    assert!(
+        fails
+            .iter()
+            .any(|f| f.starts_with("PROBE_BW cycles 1.25 > 0.75 > 1.0")),
+        "no 0.75 phase passed the cycle order: {fails:#?}"
+    );
+    let mut one_missed = good.clone();
+    one_missed.cycles_in_order = one_missed.cycles - one_missed.cycles / 20;
+    let (_, fails) = compare(&kernel, &[one_missed, good.clone()], Judge::Every);
+    assert!(
+        !fails.iter().any(|f| f.starts_with("PROBE_BW cycles")),
+        "a missed 0.75 reading in 20 cycles failed: {fails:#?}"
+    );
     // DRAIN ended by a send burst (tcp_bbr.c counts paced-ahead segments
     // as delivered) is told from a DRAIN that ends early on its own: the
     // exits read on 2026-11-28 (bpf_printk), 20 Mbit/s, 40 ms.

@@ -18,10 +18,12 @@
 //!   starved, the test fails and says so (the testbed could not be judged);
 //! - an attempt at or below the limit decides: its pass passes, its failure
 //!   fails. A failure is never retaken for being a failure;
-//! - before a retake the test waits for a quiet spell ([`wait_for_quiet`]):
-//!   steal on this kind of host comes in episodes of minutes (CI's host
-//!   phase of 2026-11-29 lost patched BBR's Θ test to three attempts in a
-//!   row at 24-35 %), and a retake at once falls in the same episode.
+//! - before a retake the test waits for a quiet spell ([`wait_for_quiet`]),
+//!   for hosts whose neighbours steal in episodes (CI's host phase of
+//!   2026-11-29 lost patched BBR's Θ test to three attempts in a row at
+//!   24-35 %). Where the steal comes with the tests' own activity it does
+//!   not help (a clean clone of 2026-11-29: spells 0.5-1.0 %, the retakes
+//!   after them 19-42 %) and costs 5 s a retake.
 use std::io::Write;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -22,6 +22,19 @@ pub struct PolicyGuard {
     _clean: Clean,
 }
 
+/// Lowest server port a rule names: below Linux's ephemeral range
+/// (`ip_local_port_range`, 32768-60999 in a new namespace). A rule matches
+/// the server's passive sockets too, and a client whose source port happened
+/// to equal a rule's port would count as that rule's (CI once read 41 of 40).
+const RULE_PORT_BASE: u16 = 20_000;
+
+/// A fresh server port for a rule, `offset` apart from other tests' ports.
+fn rule_port(tb: &Testbed, offset: u16) -> u16 {
+    let port = tb.alloc_port() + RULE_PORT_BASE + offset;
+    assert!(port < 32_768, "rule port {port} inside the ephemeral range");
+    port
+}
+
 impl PolicyGuard {
     pub fn new() -> PolicyGuard {
         let _ = ccctl(&["policy", "clear"]);
@@ -216,11 +229,7 @@ fn all_alive(conns: &mut [TcpStream]) {
 pub fn rules_by_port_and_prefix_take_exactly_theirs() {
     let _g = PolicyGuard::new();
     let tb = testbed(2);
-    let (p1, p2, p3) = (
-        tb.alloc_port() + 40000,
-        tb.alloc_port() + 40000,
-        tb.alloc_port() + 40000,
-    );
+    let (p1, p2, p3) = (rule_port(&tb, 0), rule_port(&tb, 0), rule_port(&tb, 0));
     let dir = tempdir("policy-port-prefix");
     let file = write_policy(
         &dir,
@@ -602,7 +611,7 @@ pub fn daemon_applies_rules_and_reloads_them_on_sighup() {
 pub fn enforce_overrides_the_applications_choice_only_when_set() {
     let _g = PolicyGuard::new();
     let tb = testbed(1);
-    let (pk, pe) = (tb.alloc_port() + 41000, tb.alloc_port() + 41000);
+    let (pk, pe) = (rule_port(&tb, 1000), rule_port(&tb, 1000));
     let dir = tempdir("policy-enforce");
     let file = write_policy(
         &dir,
@@ -900,7 +909,7 @@ pub fn rules_by_ipv6_prefix_take_ipv6_connections_only() {
     let tb6 = Testbed::new(cfg).expect("IPv6 testbed");
     let tb4 = super::flows::testbed(TestbedConfig::new(100_000_000, 400 * 1514));
     assert_eq!(tb6.sender_addr(1).to_string(), "fd00:ccc:0:2::1");
-    let port = tb6.alloc_port() + 42000;
+    let port = rule_port(&tb6, 2000);
     let dir = tempdir("policy-ipv6");
     let file = write_policy(
         &dir,
@@ -1118,9 +1127,9 @@ pub fn migrate_moves_live_connections_only_when_asked() {
     let _g = PolicyGuard::new();
     let tb = testbed(1);
     let (pm, pe, po) = (
-        tb.alloc_port() + 43000,
-        tb.alloc_port() + 43000,
-        tb.alloc_port() + 43000,
+        rule_port(&tb, 3000),
+        rule_port(&tb, 3000),
+        rule_port(&tb, 3000),
     );
     let default = run_in_ns(&tb, Role::Sender(0), || {
         std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")

@@ -712,7 +712,14 @@ pub struct ReorderedFlow {
     pub bottleneck_drops: u64,
     /// Packets the path's reordering cell let overtake.
     pub overtook: u64,
-    /// Per second, slow start included: (Mbit/s, retransmits).
+    /// The testbed's own stalls, whatever the algorithm: packets the
+    /// emulator read late (and the longest wait, ms), and packets the
+    /// kernel dropped before the emulator read them (real losses).
+    pub late_reads: u64,
+    pub max_read_lag_ms: f64,
+    pub socket_drops: u64,
+    /// Per second as the sender wrote into its socket (not what arrived),
+    /// slow start included: (Mbit/s, retransmits).
     pub per_second: Vec<(f64, u64)>,
 }
 
@@ -781,7 +788,7 @@ pub fn lone_flow_on_a_reordering_path(cc: &str, cfg: TestbedConfig, secs: u64) -
     .expect("iperf3");
     let ext = sender_tcp_ext(&tb);
     let bottleneck = tb.bottleneck_stats().expect("the bottleneck's counters");
-    let overtook = tb.path_stats().map_or(0, |p| p.reordered);
+    let path = tb.path_stats().unwrap_or_default();
     let _ = tb.destroy();
     assert_eq!(flow.sender_cc.as_deref(), Some(cc));
     let get = |n: &str| ext.get(n).copied().unwrap_or(0);
@@ -800,7 +807,10 @@ pub fn lone_flow_on_a_reordering_path(cc: &str, cfg: TestbedConfig, secs: u64) -
         .map(|n| get(n))
         .sum(),
         bottleneck_drops: bottleneck.drops,
-        overtook,
+        overtook: path.reordered,
+        late_reads: path.late_reads,
+        max_read_lag_ms: path.max_read_lag_us as f64 / 1000.0,
+        socket_drops: path.socket_drops,
         per_second: flow
             .intervals
             .iter()
@@ -814,6 +824,15 @@ pub fn lone_flow_on_a_reordering_path(cc: &str, cfg: TestbedConfig, secs: u64) -
     }
 }
 
+/// The least modest_bbr / bpf_bbr goodput of one pair on the reordering
+/// path, and of the pairs' median. Between what a Modest BBR that ignores
+/// the undo carries (mutant `UNDO_IGNORED`: pairs 0.351-0.644 over two
+/// runs, medians <= 0.55) and what the correct one carried: 0.977-1.027
+/// here over 6 pairs, but 0.853, 0.864 and 0.999 in CI's host phase of
+/// 2026-11-29 (under 10 % steal), which the earlier 0.9 / 0.95 failed.
+pub const LEAST_PAIR_RATIO: f64 = 0.75;
+pub const LEAST_MEDIAN_RATIO: f64 = 0.8;
+
 /// Spurious losses do not hold Modest BBR down (departure 10): on a path
 /// that reorders after the bottleneck (`reorder.share` of the data
 /// packets, in short runs, overtake the rest by `reorder.delay`; the rest
@@ -823,8 +842,8 @@ pub fn lone_flow_on_a_reordering_path(cc: &str, cfg: TestbedConfig, secs: u64) -
 /// Alg. 1 reads each as congestion; with the undo ending the search (and
 /// the undone retransmissions never starting one), a lone modest_bbr flow
 /// carries what a lone bpf_bbr flow carries on the same path: `pairs`
-/// pairs run in turn (ABBA), every pair >= 0.9 (one search left running
-/// holds the flow at half the link for seconds) and their median >= 0.95.
+/// pairs run in turn (ABBA), every pair >= [`LEAST_PAIR_RATIO`] and their
+/// median >= [`LEAST_MEDIAN_RATIO`].
 /// Each run must show DSACKs in the sender's own kernel counters and
 /// packets that overtook on the path (else it did not reorder) and no drop
 /// at the bottleneck (else some loss was real).
@@ -860,14 +879,17 @@ pub fn reordering_does_not_hold_it_down(
         .flat_map(|(m, b)| [m, b])
         .map(|f| {
             format!(
-                "{} {:.2} Mbit/s, {} retransmits, {} DSACKs, {} undos, {} overtook, per second (Mbit/s, retransmits) {:?}",
+                "{} {:.2} Mbit/s, {} retransmits, {} DSACKs, {} undos, {} overtook, \
+                 testbed: {} late reads (longest {:.1} ms), {} socket drops",
                 f.cc,
                 f.goodput_bps / 1e6,
                 f.retransmits,
                 f.dsacks,
                 f.undos,
                 f.overtook,
-                f.per_second
+                f.late_reads,
+                f.max_read_lag_ms,
+                f.socket_drops
             )
         })
         .collect();
@@ -898,8 +920,9 @@ pub fn reordering_does_not_hold_it_down(
         );
     }
     assert!(
-        ratios[0] >= 0.9 && median >= 0.95,
-        "modest_bbr carried {ratios:.3?} x bpf_bbr on a reordering path (each >= 0.9, median >= 0.95 needed): {}",
+        ratios[0] >= LEAST_PAIR_RATIO && median >= LEAST_MEDIAN_RATIO,
+        "modest_bbr carried {ratios:.3?} x bpf_bbr on a reordering path (each >= {LEAST_PAIR_RATIO}, \
+         median >= {LEAST_MEDIAN_RATIO} needed): {}",
         lines.join("; ")
     );
 }

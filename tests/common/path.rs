@@ -206,9 +206,22 @@ pub fn fq_codel_isolates_a_sparse_flow() {
     );
 }
 
-/// Dropping a testbed stops the emulator: its threads are gone, its
-/// sockets closed, its namespaces deleted.
+/// Dropping a testbed stops the emulator: its threads are gone (the
+/// threads that kept the CPUs awake while it ran too), its sockets closed,
+/// its namespaces deleted.
 pub fn teardown_leaves_no_thread_socket_or_namespace() {
+    let awake_threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| {
+                        std::fs::read_to_string(e.path().join("comm"))
+                            .is_ok_and(|c| c.starts_with("awake-"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
     let fds = || {
         std::fs::read_dir("/proc/self/fd")
             .map(|d| d.count())
@@ -223,6 +236,13 @@ pub fn teardown_leaves_no_thread_socket_or_namespace() {
     ping_rtts(&tb, 0, 3, 20);
     let tids = tb.path_emulator().expect("a userspace path").thread_ids();
     assert!(!tids.is_empty(), "no emulator thread recorded");
+    if std::env::var(ccctl_sys::awake::LET_CPUS_IDLE_ENV).as_deref() != Ok("1") {
+        assert_eq!(
+            awake_threads(),
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "one thread per CPU keeps the CPUs awake while the path runs"
+        );
+    }
     let names: Vec<String> = [Role::Sender(0), Role::Router, Role::Receiver]
         .iter()
         .map(|&r| tb.ns(r))
@@ -234,6 +254,12 @@ pub fn teardown_leaves_no_thread_socket_or_namespace() {
             "emulator thread {tid} survived the teardown"
         );
     }
+    // A joined thread's entry can outlive the join by a moment.
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    while awake_threads() > 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(awake_threads(), 0, "a thread keeping a CPU awake survived");
     assert!(
         fds() <= before,
         "file descriptors {before} -> {} after teardown",

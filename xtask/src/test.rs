@@ -93,6 +93,30 @@ pub struct TestArgs {
     vm_only: bool,
 }
 
+/// The spinning threads for a timing phase (ccctl/sys/src/awake.rs),
+/// unless `CCCTL_LET_CPUS_IDLE=1`; a refusal is printed and the phase runs
+/// without them.
+fn keep_cpus_awake() -> Option<ccctl_sys::awake::Awake> {
+    use ccctl_sys::awake::LET_CPUS_IDLE_ENV;
+    if std::env::var(LET_CPUS_IDLE_ENV).as_deref() == Ok("1") {
+        eprintln!("xtask test: {LET_CPUS_IDLE_ENV}=1: the CPUs may halt");
+        return None;
+    }
+    match ccctl_sys::awake::Awake::start() {
+        Ok(a) => {
+            eprintln!(
+                "xtask test: {} CPUs kept awake by lowest-priority spinning threads ({LET_CPUS_IDLE_ENV}=1 to not)",
+                a.cpus()
+            );
+            Some(a)
+        }
+        Err(e) => {
+            eprintln!("xtask test: CPUs not kept awake: {e:#}");
+            None
+        }
+    }
+}
+
 #[derive(Default, Debug, PartialEq)]
 struct Counts {
     passed: u64,
@@ -557,6 +581,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
                             UNIT_TIMEOUT,
                         )
                     })?);
+                    let awake = keep_cpus_awake();
                     let host_tests = with_load(|| {
                         cargo_test(
                             "host tests",
@@ -577,6 +602,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
                     let host_passed = host_tests.passed.clone();
                     phases.push(host_tests);
                     phases.push(with_load(|| mutants_phase(&ccctl, &host_passed))?);
+                    drop(awake);
                     Ok(())
                 })();
                 // The tests restore what they load, but not if they were killed
@@ -592,6 +618,7 @@ pub fn main(args: TestArgs) -> Result<i32> {
                 phases.push(left_in_temp_dir(scratch.path()));
             }
             if !args.host_only {
+                let _awake = keep_cpus_awake();
                 phases.push(with_load(|| vm_phase(&ccctl))?);
             }
         }

@@ -363,6 +363,10 @@ pub struct PathEmulator {
     /// The veth ends the AF_PACKET cells are bound to, with their peers
     /// (rattan holds weak references to the peers).
     _veths: Vec<Arc<VethCell>>,
+    /// The CPUs are kept from halting while the path runs: a halted vCPU
+    /// of a cloud guest can come back late, and the path's packets with it
+    /// (ccctl_sys::awake).
+    _awake: ccctl_sys::awake::AwakeHold,
 }
 
 impl std::fmt::Debug for PathEmulator {
@@ -494,6 +498,7 @@ impl PathEmulator {
             packet_fds: Vec::new(),
             socket_drops: AtomicU64::new(0),
             _veths: Vec::new(),
+            _awake: ccctl_sys::awake::hold(),
         };
         // The AF_PACKET sockets are opened by this helper thread inside the
         // router namespace (a socket binds to a device of its own namespace).

@@ -3,11 +3,13 @@
 //! no `unsafe` for it.
 //!
 //! - [`cpu`]: the machine's CPU time and its steal (`/proc/stat`).
+//! - [`awake`]: keeping the CPUs from halting while a path or tests run.
 //! - [`time`]: the clocks (CLOCK_MONOTONIC is the clock of trace events).
 //! - [`lock`]: pid-file locks (`flock` on a file holding the holder's pid).
 //! - [`netns`]: running a closure inside a network namespace.
 //! - [`signals`]: the one signal policy (SIGINT, SIGTERM, SIGHUP end
 //!   sessions; SIGPIPE dies quietly at the command line).
+pub mod awake;
 pub mod cpu;
 pub mod lock;
 pub mod netns;

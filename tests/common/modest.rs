@@ -718,9 +718,6 @@ pub struct ReorderedFlow {
     pub late_reads: u64,
     pub max_read_lag_ms: f64,
     pub socket_drops: u64,
-    /// Per second as the sender wrote into its socket (not what arrived),
-    /// slow start included: (Mbit/s, retransmits).
-    pub per_second: Vec<(f64, u64)>,
 }
 
 /// The sender namespace's TcpExt counters (`/proc/net/netstat` read from
@@ -811,22 +808,12 @@ pub fn lone_flow_on_a_reordering_path(cc: &str, cfg: TestbedConfig, secs: u64) -
         late_reads: path.late_reads,
         max_read_lag_ms: path.max_read_lag_us as f64 / 1000.0,
         socket_drops: path.socket_drops,
-        per_second: flow
-            .intervals
-            .iter()
-            .map(|i| {
-                (
-                    (i.bits_per_second / 1e5).round() / 10.0,
-                    i.retransmits.unwrap_or(0),
-                )
-            })
-            .collect(),
     }
 }
 
 /// The least modest_bbr / bpf_bbr goodput of one pair on the reordering
 /// path, and of the pairs' median. Between what a Modest BBR that ignores
-/// the undo carries (mutant `UNDO_IGNORED`: pairs 0.351-0.644 over two
+/// the undo carries (mutant `UNDO_IGNORED`: pairs 0.312-0.644 over four
 /// runs, medians <= 0.55) and what the correct one carried: 0.977-1.027
 /// here over 6 pairs, but 0.853, 0.864 and 0.999 in CI's host phase of
 /// 2026-11-29 (under 10 % steal), which the earlier 0.9 / 0.95 failed.

@@ -210,18 +210,7 @@ pub fn fq_codel_isolates_a_sparse_flow() {
 /// threads that kept the CPUs awake while it ran too), its sockets closed,
 /// its namespaces deleted.
 pub fn teardown_leaves_no_thread_socket_or_namespace() {
-    let awake_threads = || {
-        std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter(|e| {
-                        std::fs::read_to_string(e.path().join("comm"))
-                            .is_ok_and(|c| c.starts_with("awake-"))
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    use ccctl_sys::awake::{awake_threads, let_cpus_idle};
     let fds = || {
         std::fs::read_dir("/proc/self/fd")
             .map(|d| d.count())
@@ -236,7 +225,7 @@ pub fn teardown_leaves_no_thread_socket_or_namespace() {
     ping_rtts(&tb, 0, 3, 20);
     let tids = tb.path_emulator().expect("a userspace path").thread_ids();
     assert!(!tids.is_empty(), "no emulator thread recorded");
-    if std::env::var(ccctl_sys::awake::LET_CPUS_IDLE_ENV).as_deref() != Ok("1") {
+    if !let_cpus_idle() {
         assert_eq!(
             awake_threads(),
             std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -253,11 +242,6 @@ pub fn teardown_leaves_no_thread_socket_or_namespace() {
             !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(),
             "emulator thread {tid} survived the teardown"
         );
-    }
-    // A joined thread's entry can outlive the join by a moment.
-    let until = std::time::Instant::now() + Duration::from_secs(1);
-    while awake_threads() > 0 && std::time::Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(awake_threads(), 0, "a thread keeping a CPU awake survived");
     assert!(

@@ -22,19 +22,6 @@ pub struct PolicyGuard {
     _clean: Clean,
 }
 
-/// Lowest server port a rule names: below Linux's ephemeral range
-/// (`ip_local_port_range`, 32768-60999 in a new namespace). A rule matches
-/// the server's passive sockets too, and a client whose source port happened
-/// to equal a rule's port would count as that rule's (CI once read 41 of 40).
-const RULE_PORT_BASE: u16 = 20_000;
-
-/// A fresh server port for a rule, `offset` apart from other tests' ports.
-fn rule_port(tb: &Testbed, offset: u16) -> u16 {
-    let port = tb.alloc_port() + RULE_PORT_BASE + offset;
-    assert!(port < 32_768, "rule port {port} inside the ephemeral range");
-    port
-}
-
 impl PolicyGuard {
     pub fn new() -> PolicyGuard {
         let _ = ccctl(&["policy", "clear"]);
@@ -50,6 +37,19 @@ impl Drop for PolicyGuard {
         // The tests' own audit log (`ccctl()` points $CCCTL_AUDIT there).
         let _ = std::fs::remove_file(super::test_audit_log());
     }
+}
+
+/// Lowest server port a rule names: below Linux's ephemeral range
+/// (`ip_local_port_range`, 32768-60999 in a new namespace). A rule matches
+/// the server's passive sockets too, and a client whose source port happened
+/// to equal a rule's port would count as that rule's (CI once read 41 of 40).
+const RULE_PORT_BASE: u16 = 20_000;
+
+/// A fresh server port for a rule, `offset` apart from other tests' ports.
+fn rule_port(tb: &Testbed, offset: u16) -> u16 {
+    let port = tb.alloc_port() + RULE_PORT_BASE + offset;
+    assert!(port < 32_768, "rule port {port} inside the ephemeral range");
+    port
 }
 
 /// A testbed of `senders` senders on the userspace path (10 ms, 100 Mbit/s).

@@ -480,19 +480,17 @@ pub fn run(ccctl: &Path, only: Option<&str>, host: Option<&HostPhase>) -> Result
                 let log = scratch.join("logs").join(format!("{}.log", m.name));
                 let r = run_test(&exe, ccctl, m.killer, m.algo, &obj, &log)?;
                 let msg = panic_message(&r.output);
-                match (r.passed, r.loaded, msg) {
-                    _ if r.stopped.is_some() => Outcome::Error(format!(
-                        "{} (see {})",
-                        r.stopped.clone().unwrap_or_default(),
-                        log.display()
-                    )),
-                    (true, true, _) => Outcome::Survived,
-                    (_, false, _) => Outcome::Error(format!(
+                match (r.stopped, r.passed, r.loaded, msg) {
+                    (Some(why), ..) => Outcome::Error(format!("{why} (see {})", log.display())),
+                    (None, true, true, _) => Outcome::Survived,
+                    (None, _, false, _) => Outcome::Error(format!(
                         "the mutant object was not loaded (see {})",
                         log.display()
                     )),
-                    (false, true, Some(msg)) if msg.contains(m.expect) => Outcome::Killed(msg),
-                    (false, true, msg) => Outcome::Error(format!(
+                    (None, false, true, Some(msg)) if msg.contains(m.expect) => {
+                        Outcome::Killed(msg)
+                    }
+                    (None, false, true, msg) => Outcome::Error(format!(
                         "failed, but not on \"{}\": {} (see {})",
                         m.expect,
                         msg.unwrap_or_else(|| "no panic message".into()),

@@ -98,7 +98,7 @@ pub struct TestArgs {
 /// without them.
 fn keep_cpus_awake() -> Option<ccctl_sys::awake::Awake> {
     use ccctl_sys::awake::LET_CPUS_IDLE_ENV;
-    if std::env::var(LET_CPUS_IDLE_ENV).as_deref() == Ok("1") {
+    if ccctl_sys::awake::let_cpus_idle() {
         eprintln!("xtask test: {LET_CPUS_IDLE_ENV}=1: the CPUs may halt");
         return None;
     }

@@ -42,10 +42,15 @@ fn error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> AwakeError {
     move |source| AwakeError { what, source }
 }
 
+/// The spinning threads' names begin with this (`awake-0`, `awake-1`, ...).
+pub const THREAD_NAME_PREFIX: &str = "awake-";
+
 /// One spinning `SCHED_IDLE` thread per CPU until dropped.
 pub struct Awake {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// Their kernel thread ids, to see them gone on drop.
+    tids: Vec<i32>,
 }
 
 impl Awake {
@@ -59,17 +64,19 @@ impl Awake {
         let mut awake = Awake {
             stop: stop.clone(),
             threads: Vec::new(),
+            tids: Vec::new(),
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for cpu in 0..cpus {
             let stop = stop.clone();
             let ready = ready_tx.clone();
             let handle = std::thread::Builder::new()
-                .name(format!("awake-{cpu}"))
+                .name(format!("{THREAD_NAME_PREFIX}{cpu}"))
                 .spawn(move || {
                     let set = lowest_priority_on(cpu);
                     let ok = set.is_ok();
-                    let _ = ready.send(set);
+                    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+                    let _ = ready.send(set.map(|()| tid));
                     if !ok {
                         return;
                     }
@@ -82,10 +89,11 @@ impl Awake {
         }
         drop(ready_tx);
         for _ in 0..cpus {
-            ready_rx.recv().map_err(|_| AwakeError {
+            let tid = ready_rx.recv().map_err(|_| AwakeError {
                 what: "a spinning thread ended before it started".into(),
                 source: std::io::Error::other("no word from it"),
             })??;
+            awake.tids.push(tid);
         }
         Ok(awake)
     }
@@ -97,12 +105,37 @@ impl Awake {
 }
 
 impl Drop for Awake {
+    /// Stops and joins the threads, then waits (at most a second) until the
+    /// kernel has reaped them too: a join returns when a thread's tid is
+    /// cleared, a moment before its `/proc/self/task` entry goes.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        for tid in self.tids.drain(..) {
+            let entry = format!("/proc/self/task/{tid}");
+            while std::path::Path::new(&entry).exists() && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
     }
+}
+
+/// How many spinning threads this process runs now (by their names in
+/// `/proc/self/task`).
+pub fn awake_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("comm"))
+                        .is_ok_and(|c| c.starts_with(THREAD_NAME_PREFIX))
+                })
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 /// Holders of [`hold`] in this process, and the threads while any holds.
@@ -113,7 +146,7 @@ static HOLDERS: Mutex<(usize, Option<Awake>)> = Mutex::new((0, None));
 /// A refusal is logged and the caller runs on without them.
 pub fn hold() -> AwakeHold {
     let mut held = HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
-    if held.0 == 0 && !cpus_may_idle() {
+    if held.0 == 0 && !let_cpus_idle() {
         match Awake::start() {
             Ok(a) => {
                 tracing::debug!(
@@ -145,10 +178,10 @@ impl Drop for AwakeHold {
     }
 }
 
-/// Whether `CCCTL_LET_CPUS_IDLE` lets them halt (`1`; any other value is
-/// named in a warning and ignored), or this is ccctl's VM (`CCCTL_IN_VM=1`,
-/// a TCG guest).
-fn cpus_may_idle() -> bool {
+/// Whether the CPUs may halt: `CCCTL_LET_CPUS_IDLE=1` (any value but 1, 0
+/// or empty is named in a warning and ignored), or this is ccctl's VM
+/// (`CCCTL_IN_VM=1`, a TCG guest).
+pub fn let_cpus_idle() -> bool {
     if std::env::var_os("CCCTL_IN_VM").is_some_and(|v| v == "1") {
         return true;
     }
@@ -192,58 +225,34 @@ fn lowest_priority_on(cpu: usize) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// Every thread runs at SCHED_IDLE, one per CPU, and all end on drop.
+    /// Every thread runs at SCHED_IDLE, one per CPU, and all are gone when
+    /// the drop returns.
     #[test]
     fn one_idle_thread_per_cpu_and_none_after_drop() {
         let awake = Awake::start().expect("start");
         let cpus = std::thread::available_parallelism().unwrap().get();
         assert_eq!(awake.cpus(), cpus);
-        let policies = spinning_threads_policies();
-        assert_eq!(policies.len(), cpus, "one awake-* thread per CPU");
+        assert_eq!(awake_threads(), cpus, "one awake-* thread per CPU");
+        let policies: Vec<String> = awake.tids.iter().map(|&t| policy(t)).collect();
         assert!(
             policies.iter().all(|p| p == "5"),
             "every awake-* thread at policy 5 (SCHED_IDLE): {policies:?}"
         );
         drop(awake);
-        assert!(none_left(), "none after drop");
+        assert_eq!(awake_threads(), 0, "none after drop");
         // Shared by holders: started by the first, ended with the last.
         let (a, b) = (hold(), hold());
-        assert_eq!(spinning_threads_policies().len(), cpus);
+        assert_eq!(awake_threads(), cpus);
         drop(a);
-        assert_eq!(spinning_threads_policies().len(), cpus, "b still holds");
+        assert_eq!(awake_threads(), cpus, "b still holds");
         drop(b);
-        assert!(none_left(), "none after the last");
+        assert_eq!(awake_threads(), 0, "none after the last");
     }
 
-    /// Whether every awake-* thread is gone within a second: a joined
-    /// thread's entry can outlive the join by a moment (its tid is cleared
-    /// before the kernel reaps it).
-    fn none_left() -> bool {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while !spinning_threads_policies().is_empty() {
-            if std::time::Instant::now() > until {
-                return false;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        true
-    }
-
-    /// The scheduling policy of each of this process's awake-* threads.
-    fn spinning_threads_policies() -> Vec<String> {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| {
-                std::fs::read_to_string(e.path().join("comm"))
-                    .unwrap_or_default()
-                    .starts_with("awake-")
-            })
-            .filter_map(|e| {
-                let sched = std::fs::read_to_string(e.path().join("sched")).ok()?;
-                let line = sched.lines().find(|l| l.starts_with("policy"))?;
-                Some(line.rsplit(':').next()?.trim().to_string())
-            })
-            .collect()
+    /// The scheduling policy of this process's thread `tid` (`sched`).
+    fn policy(tid: i32) -> String {
+        let sched = std::fs::read_to_string(format!("/proc/self/task/{tid}/sched")).unwrap();
+        let line = sched.lines().find(|l| l.starts_with("policy")).unwrap();
+        line.rsplit(':').next().unwrap().trim().to_string()
     }
 }

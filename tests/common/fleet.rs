@@ -226,6 +226,9 @@ pub fn metrics_endpoint_during_a_traced_flow() {
     let cfg = dir.join("daemon.toml");
     let log = dir.join("daemon.log");
     fs::write(&cfg, daemon_toml(&dir.join("traces"), "fleet-a", true, 2.0)).expect("config");
+    // The Hive layout closes a file when the UTC hour turns: the only
+    // rotation this test can see (256 MB and 1 h are far off).
+    let hour_at_start = unix_hour();
     let daemon = spawn_daemon(&cfg, &dir.join("daemon.lock"), Some(&netns), &log);
     wait_for(
         "the daemon to load bpf_bbr, trace and serve metrics",
@@ -238,6 +241,11 @@ pub fn metrics_endpoint_during_a_traced_flow() {
     let first = scrape(&netns).expect("first scrape");
     std::thread::sleep(Duration::from_secs(2));
     let second = scrape(&netns).expect("second scrape");
+    // Listed after the scrape: every file the counter had counted is there.
+    let finished = files_under(&dir.join("traces"), |name| {
+        name.ends_with(".parquet") && !name.starts_with('.')
+    });
+    let hours_turned = unix_hour() - hour_at_start;
     running.wait().expect("flow");
 
     // A refused reload.
@@ -318,7 +326,14 @@ pub fn metrics_endpoint_during_a_traced_flow() {
     assert!(p2 > p1, "events produced: {p1} then {p2}");
     let d2 = counter(&s2, "ccctl_trace_events_dropped_total");
     assert!(w2 + d2 <= p2, "written {w2} + dropped {d2} > produced {p2}");
-    assert_eq!(counter(&s2, "ccctl_trace_files_rotated_total"), 0.0);
+    // No rotation unless the hour turned (CI once crossed 16:00 UTC here);
+    // then at most one per hour turned, each a finished file.
+    let rotated = counter(&s2, "ccctl_trace_files_rotated_total");
+    assert!(
+        rotated <= hours_turned as f64 && rotated <= finished.len() as f64,
+        "{rotated} files rotated with {hours_turned} hour(s) turned and {} finished: {finished:?}",
+        finished.len()
+    );
 
     assert_eq!(value(&s3, "ccctl_config_last_reload_success", &[]), 0.0);
     assert_eq!(
@@ -339,6 +354,27 @@ pub fn metrics_endpoint_during_a_traced_flow() {
         "{log_text}"
     );
     let _ = tb.destroy();
+}
+
+/// The files under `root` (recursively) whose name `keep` accepts.
+fn files_under(root: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).expect("dir").flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if keep(&e.file_name().to_string_lossy()) {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// The hour since the Unix epoch: a Hive-layout trace file ends with it.
+fn unix_hour() -> u64 {
+    ccctl_core::sys::time::now_unix() / 3600
 }
 
 /// DuckDB (Python) over `tree`: JSON of `sql`'s rows.
@@ -407,17 +443,7 @@ pub fn two_daemons_write_one_partitioned_table() {
         assert!(!registered("bpf_bbr"), "{host} unloads on exit");
     }
     // Nothing half-written is left where a collector looks.
-    let mut partial = Vec::new();
-    let mut stack = vec![traces.clone()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).expect("dir").flatten() {
-            if e.path().is_dir() {
-                stack.push(e.path());
-            } else if e.file_name().to_string_lossy().ends_with(".partial") {
-                partial.push(e.path());
-            }
-        }
-    }
+    let partial = files_under(&traces, |name| name.ends_with(".partial"));
     assert!(partial.is_empty(), "{partial:?}");
 
     let by_partition = duckdb(

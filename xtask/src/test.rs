@@ -93,7 +93,7 @@ pub struct TestArgs {
     vm_only: bool,
 }
 
-/// The spinning threads for a timing phase (ccctl/sys/src/awake.rs),
+/// The CPUs kept from halting for a timing phase (ccctl/sys/src/awake.rs),
 /// unless `CCCTL_LET_CPUS_IDLE=1`; a refusal is printed and the phase runs
 /// without them.
 fn keep_cpus_awake() -> Option<ccctl_sys::awake::Awake> {
@@ -105,8 +105,9 @@ fn keep_cpus_awake() -> Option<ccctl_sys::awake::Awake> {
     match ccctl_sys::awake::Awake::start() {
         Ok(a) => {
             eprintln!(
-                "xtask test: {} CPUs kept awake by lowest-priority spinning threads ({LET_CPUS_IDLE_ENV}=1 to not)",
-                a.cpus()
+                "xtask test: {} CPUs kept awake: {} ({LET_CPUS_IDLE_ENV}=1 to not)",
+                a.cpus(),
+                a.how()
             );
             Some(a)
         }

@@ -21,7 +21,7 @@
 //!   the idle loop halts whatever is requested): one thread per CPU at
 //!   `SCHED_IDLE`, so any other thread takes the CPU from it at once. They
 //!   belong to this process and end with it. They cost a CPU-bound loopback
-//!   flow about a fifth of its rate (a wake-up preempts a running thread);
+//!   flow 15-25 % of its rate (a wake-up preempts a running thread);
 //!   docs/notebook/2026-11-29-hour-turn-and-loopback-spinners.md.
 //!
 //! `CCCTL_LET_CPUS_IDLE=1` turns [`hold`] off. `cargo xtask bench` never

@@ -7,6 +7,7 @@ use ccctl_core::abi::ccctl_event;
 use ccctl_core::registry::{self, EventGroup};
 use ccctl_core::trace::event;
 use polars::prelude::*;
+use polars_arrow::bitmap::{Bitmap, MutableBitmap};
 
 use super::COLUMNS;
 
@@ -221,11 +222,11 @@ macro_rules! validity {
     };
 }
 
-/// A mask's values as a validity bitmap (`None`: every row valid).
+/// A group's mask as a column's validity bitmap (`None`: every row valid).
 macro_rules! bitmap {
     ($mask:expr) => {{
-        let mask: Option<&BooleanChunked> = $mask;
-        mask.and_then(|c| c.downcast_iter().next().map(|a| a.values().clone()))
+        let mask: Option<&Bitmap> = $mask;
+        mask.cloned()
     }};
 }
 
@@ -256,7 +257,9 @@ macro_rules! block_ids {
 /// One column grown by a block's values.
 macro_rules! extend_column {
     ($col:expr, $kinds:ident, $block:expr, $ids:expr, $name:ident, Addr, |$e:ident| $val:expr) => {
-        $col.extend($ids.into_iter().flatten())
+        if let Some(ids) = &$ids {
+            $col.extend_from_slice(ids)
+        }
     };
     ($col:expr, $kinds:ident, $block:expr, $ids:expr, $name:ident, Enum, |$e:ident| $val:expr) => {
         $col.extend($block.iter().map(|$e| $kinds.$name.code($val)))
@@ -270,8 +273,11 @@ macro_rules! extend_column {
 /// time: one column after the other over a block that stays in the cache,
 /// instead of every event's values scattered over 55 growing vectors (the
 /// consumer's push took ~100 ns per event that way; `perf record`,
-/// 2026-11-28). 256 events are 64 KiB.
-const BLOCK: usize = 256;
+/// 2026-11-28). 64 events are 16 KiB, so the block stays in the L1 data
+/// cache through the 55 passes over it; 256 (64 KiB) spilled to L2, and the
+/// transpose took 21 % of the samples on one core against 12 % with 64
+/// (32 and 128 measured the same as 64; docs/performance.md, 2026-11-29).
+const BLOCK: usize = 64;
 
 macro_rules! define_columns {
     ($( $name:ident : $kind:ident $(($f:path))?, $group:ident, |$e:ident| $val:expr, $ty:literal, $doc:literal; )*) => {
@@ -300,8 +306,8 @@ macro_rules! define_columns {
             staged: Vec<ccctl_event>,
             $( $name: Vec<store_ty!($kind)>, )*
             /// Per row: does its algorithm fill each group's columns?
-            /// (null where not)
-            fills: [Vec<bool>; GROUPS.len()],
+            /// (null where not), built as the validity bitmaps themselves.
+            fills: [MutableBitmap; GROUPS.len()],
         }
 
         impl Columns {
@@ -309,7 +315,7 @@ macro_rules! define_columns {
                 Columns {
                     staged: Vec::with_capacity(BLOCK.min(n)),
                     $( $name: Vec::with_capacity(n), )*
-                    fills: std::array::from_fn(|_| Vec::with_capacity(n)),
+                    fills: std::array::from_fn(|_| MutableBitmap::with_capacity(n)),
                 }
             }
 
@@ -349,11 +355,7 @@ macro_rules! define_columns {
                 self.transpose(kinds)?;
                 let n = self.len();
                 // One validity bitmap per group of columns, shared by its columns.
-                let masks: Vec<BooleanChunked> = self
-                    .fills
-                    .iter()
-                    .map(|f| BooleanChunked::from_slice("fills".into(), f))
-                    .collect();
+                let masks: Vec<Bitmap> = self.fills.into_iter().map(Bitmap::from).collect();
                 let columns: Vec<Column> = vec![
                     $( column!(kinds, $name, $kind, self.$name, validity!(masks, $group)), )*
                 ];

@@ -891,14 +891,15 @@ pub fn reordering_does_not_hold_it_down(
         lines.push(line(&m));
         lines.push(line(&b));
         ratios.push(m.goodput_bps / b.goodput_bps);
-        assert!(
-            m.dsacks > 0 && b.dsacks > 0,
-            "a run saw no DSACK: the path did not reorder ({m:?}, {b:?})"
-        );
-        assert!(
-            m.bottleneck_drops == 0 && b.bottleneck_drops == 0,
-            "the bottleneck dropped packets: not every loss was spurious ({m:?}, {b:?})"
-        );
+        // What was measured is recorded whichever way the pair fails.
+        if m.dsacks == 0 || b.dsacks == 0 {
+            record(&lines, &ratios, None);
+            panic!("a run saw no DSACK: the path did not reorder ({m:?}, {b:?})");
+        }
+        if m.bottleneck_drops > 0 || b.bottleneck_drops > 0 {
+            record(&lines, &ratios, None);
+            panic!("the bottleneck dropped packets: not every loss was spurious ({m:?}, {b:?})");
+        }
         // Every pair must reach the least ratio, so a pair below it decides
         // the test now: the pairs still to come could not change the verdict
         // (a wrong implementation is failed in one pair, not three).
@@ -915,8 +916,9 @@ pub fn reordering_does_not_hold_it_down(
     ratios.sort_by(f64::total_cmp);
     let median = ratios[ratios.len() / 2];
     record(&lines, &ratios, Some(median));
+    // Every pair reached LEAST_PAIR_RATIO above; the median is left.
     assert!(
-        ratios[0] >= LEAST_PAIR_RATIO && median >= LEAST_MEDIAN_RATIO,
+        median >= LEAST_MEDIAN_RATIO,
         "modest_bbr carried {ratios:.3?} x bpf_bbr on a reordering path (each >= {LEAST_PAIR_RATIO}, \
          median >= {LEAST_MEDIAN_RATIO} needed): {}",
         lines.join("; ")

@@ -392,14 +392,19 @@ mod tests {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let driver = std::fs::read_to_string(format!("{CPUS_SYSFS}/cpuidle/current_driver"))
             .unwrap_or_default();
+        // Each CPU's state 0 as "name disable" ("POLL 0": an enabled POLL).
         let state0s: Vec<String> = std::fs::read_dir(CPUS_SYSFS)
             .unwrap()
             .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path().join("cpuidle/state0/name")).ok())
-            .map(|n| n.trim().to_string())
+            .filter_map(|e| {
+                let state0 = e.path().join("cpuidle/state0");
+                let name = std::fs::read_to_string(state0.join("name")).ok()?;
+                let disable = std::fs::read_to_string(state0.join("disable")).ok()?;
+                Some(format!("{} {}", name.trim(), disable.trim()))
+            })
             .collect();
         let can_poll =
-            driver.trim() != "none" && !state0s.is_empty() && state0s.iter().all(|n| n == "POLL");
+            driver.trim() != "none" && !state0s.is_empty() && state0s.iter().all(|n| n == "POLL 0");
         println!(
             "cpuidle driver {:?}, state 0 {state0s:?}: poll {can_poll}",
             driver.trim()

@@ -12,6 +12,7 @@ static void bbr_hook_init(struct sock *sk) {}
 static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64 bw) { return bw; }
 static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
 				  const struct ccctl_params *p) { return NULL; }
+static u32 bbr_hook_bw(struct sock *sk, u32 bw, void *v) { return bw; }
 static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v) { return gain; }
 static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v) { return gain; }
 static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v) { return cwnd; }

@@ -243,6 +243,9 @@ static __always_inline struct bbr *bbr_of(const struct sock *sk)
  *                         returns the variant's per-socket state for this ACK
  *                         (or NULL), handed to the three hooks below, so a
  *                         variant looks its state up once per ACK
+ *   bbr_hook_bw           the bandwidth estimate (BW_UNIT pkts/us) pacing and
+ *                         cwnd use on this ACK, from BBR's (btl_bw, or the
+ *                         policer's rate)
  *   bbr_hook_pacing_gain  the pacing gain to apply on this ACK
  *   bbr_hook_cwnd_gain    the cwnd gain the cwnd target (gain x BDP) uses on this ACK
  *   bbr_hook_cwnd         the cwnd BBR chose for this ACK -> the cwnd to use
@@ -266,6 +269,7 @@ static void bbr_hook_init(struct sock *sk);
 static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64 bw);
 static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
 				  const struct ccctl_params *p);
+static u32 bbr_hook_bw(struct sock *sk, u32 bw, void *v);
 static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v);
 static u32 bbr_hook_cwnd_gain(struct sock *sk, u32 gain, void *v);
 static u32 bbr_hook_cwnd(struct sock *sk, const struct rate_sample *rs, u32 cwnd, void *v);
@@ -960,7 +964,7 @@ done:
  * with, after the variant's hooks (Modest BBR scales BBR's pacing gain by its
  * searched proportion; patched BBR divides it by Θ and adds alpha to the cwnd
  * gain). */
-static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs,
+static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample *rs, u32 bw,
 				      u32 pacing_gain, u32 cwnd_gain, const struct ccctl_params *p,
 				      void *v)
 {
@@ -976,8 +980,9 @@ static __always_inline void bbr_trace(struct sock *sk, const struct rate_sample 
 	e->pacing_gain = pacing_gain;
 	e->cwnd_gain = cwnd_gain;
 	/* packets/us << BW_SCALE -> bytes/s, without the pacing margin */
-	e->btl_bw = ((u64)bbr_bw(bbr) * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
+	e->btl_bw = ((u64)bw * tcp_sk(sk)->mss_cache * USEC_PER_SEC) >> BW_SCALE;
 	e->bbr_min_rtt_us = bbr->min_rtt_us;
+	e->bbr_lt_use_bw = bbr->lt_use_bw;
 	e->bbr_min_rtt_age_ms = tcp_clock_ms(tcp_sk(sk)) - bbr->min_rtt_stamp_ms;
 	bbr_hook_trace(sk, e, v);
 	ccctl_trace_commit(e);
@@ -996,12 +1001,12 @@ static __always_inline void bbr_main(struct sock *sk, const struct rate_sample *
 	bbr_update_model(sk, rs, &p);
 	v = bbr_hook_after_model(sk, rs, &p);
 
-	bw = bbr_bw(bbr);
+	bw = bbr_hook_bw(sk, bbr_bw(bbr), v);
 	pacing_gain = bbr_hook_pacing_gain(sk, bbr->pacing_gain, v);
 	cwnd_gain = bbr_hook_cwnd_gain(sk, bbr->cwnd_gain, v);
 	bbr_set_pacing_rate(sk, bw, pacing_gain);
 	bbr_set_cwnd(sk, rs, rs->acked_sacked, bw, cwnd_gain, v);
-	bbr_trace(sk, rs, pacing_gain, cwnd_gain, &p, v);
+	bbr_trace(sk, rs, bw, pacing_gain, cwnd_gain, &p, v);
 }
 
 CCCTL_CONG_CONTROL(bbr_cong_control, bbr_main);

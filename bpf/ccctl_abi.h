@@ -193,7 +193,14 @@ struct ccctl_meta {
 	X(stall_filter, "stall_filter", "stall-filter", CCCTL_ALGOS_PATCHED, 1, 0, 0, 0, 1, 0, 1,  \
 	  "0/1",                                                                                   \
 	  "patched BBR: 1 leaves the whole machine's stalls (heartbeat timer lateness) out of "   \
-	  "Off; for emulated testbeds only")
+	  "Off; for emulated testbeds only")                                                       \
+	/* Eq. 36 as the paper writes it (0: the max filter over D / Θ, each sample divided by    \
+	 * the Θ of its round) or our variant (1: the max filter over the raw D, the estimate     \
+	 * divided by the Θ in force; app-limited samples are then never divided). */            \
+	X(divide_after_max, "divide_after_max", "divide-after-max", CCCTL_ALGOS_PATCHED, 1, 0, 0, \
+	  0, 1, 0, 1, "0/1",                                                                       \
+	  "patched BBR: 1 divides btl_bw (max of the raw samples) by the Θ in force instead of "  \
+	  "each sample by its own Θ (eq. 36)")
 
 /*
  * Tunable parameters of one algorithm: its pinned "params" map (one entry of
@@ -355,7 +362,8 @@ struct ccctl_event {
 	/* TCP D* (0 where it does not apply) */
 	__u8 dstar_mode;      /* CCCTL_DSTAR_* */
 	__u8 dstar_slow_start;/* 1 while in slow start (Sec. 3.3) */
-	__u16 pad3;
+	__u8 bbr_lt_use_bw;   /* BBR family: 1 while it paces at the long-term (policer) rate */
+	__u8 pad3;
 	__u32 dstar_bdp;      /* packets: BDP estimate, eq. 2 */
 	__u32 dstar_last_bdp; /* packets: the estimate before it */
 	__u32 dstar_gain_cwnd;/* packets: window above the BDP */

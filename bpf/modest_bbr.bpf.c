@@ -367,6 +367,12 @@ static void *bbr_hook_after_model(struct sock *sk, const struct rate_sample *rs,
 	return m;
 }
 
+/* Modest BBR paces and sizes its window from BBR's own estimate. */
+static u32 bbr_hook_bw(struct sock *sk, u32 bw, void *v)
+{
+	return bw;
+}
+
 /* Eq. 1: pace at the searched proportion (cwnd / last_cwnd) of BBR's rate. */
 static u32 bbr_hook_pacing_gain(struct sock *sk, u32 gain, void *v)
 {

@@ -136,6 +136,17 @@
  * 11. The core's pacing-rate arithmetic saturates (bbr_core.h): bw x 32
  *     (eq. 36) x 1.25 x 32 (eq. 37) wrapped its u64 product at a few
  *     Gbit/s.
+ * 12. divide_after_max (a parameter, 0 by default: eq. 36 as written): the
+ *     max filter runs over the raw samples D and B* is that max divided
+ *     by the Θ in force, max(D) / Θ instead of max(D / Θ).  Under the
+ *     paper's model both settle at the same B*: a round delivers at most
+ *     the link's rate C, so B* = C / Θ, the rate that fills the link from
+ *     On time alone (eq. 36 is right at its fixed point).  But eq. 36 keeps each sample's D / Θ for the filter's 10 rounds with
+ *     the Θ of ITS round: one round with a low Θ holds btl_bw up (to 32x)
+ *     after Θ recovered, and app-limited samples are divided too.  With
+ *     the variant B* follows Θ at once and an app-limited sample enters
+ *     the filter undivided.  PROBE_BW's phase ends (the up-probe's target
+ *     inflight, the drain's) still read the filter's max.
  */
 #define CCCTL_ALGO_ID CCCTL_ALGO_PATCHED_BBR
 #include "bbr_core.h"
@@ -174,6 +185,7 @@ struct patched_params {
 	u32 alpha_medium;
 	u32 alpha_heavy;
 	bool stall_filter;
+	bool divide_after_max; /* departure 12: B* = max(D) / Θ, not max(D / Θ) */
 };
 
 /* Per-socket state (bpf_sk_storage "patched_sk"): written by the transmit
@@ -253,6 +265,7 @@ static __always_inline struct patched_params patched_params(const struct ccctl_p
 		.alpha_medium = ccctl_param(p, alpha_medium),
 		.alpha_heavy = ccctl_param(p, alpha_heavy),
 		.stall_filter = ccctl_param(p, stall_filter) != 0,
+		.divide_after_max = ccctl_param(p, divide_after_max) != 0,
 	};
 
 	/* The levels must not overlap whoever wrote the map. */
@@ -466,8 +479,10 @@ int BPF_PROG(patched_bbr_net_dev_queue, struct sk_buff *skb)
 	return 0;
 }
 
-/* Eq. 36: the max filter sees D / Θ in PROBE_BW.  A new round first turns
- * the round just ended into the Θ in force. */
+/* Eq. 36: the max filter sees D / Θ in PROBE_BW (with divide_after_max,
+ * departure 12, it sees D and bbr_hook_bw divides).  A new round first
+ * turns the round just ended into the Θ in force.  The parameter set is the
+ * previous ACK's: this ACK's is read after the model is updated. */
 static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64 bw)
 {
 	struct patched *p = patched_of(sk);
@@ -478,10 +493,20 @@ static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64
 	if (bbr_of(sk)->round_start)
 		patched_estimate_theta(p);
 	p->bw_raw = (u32)min(bw, (u64)~0U);
-	if (patched_active(sk, p))
+	if (patched_active(sk, p) && !p->m.divide_after_max)
 		bw = bw * THETA_UNIT / patched_theta(p);
 	p->bw_corrected = (u32)min(bw, (u64)~0U);
 	return bw;
+}
+
+/* Departure 12 (divide_after_max): B* = max(D) / Θ in force, in PROBE_BW. */
+static u32 bbr_hook_bw(struct sock *sk, u32 bw, void *v)
+{
+	struct patched *p = v;
+
+	if (!patched_active(sk, p) || !p->m.divide_after_max)
+		return bw;
+	return (u32)min((u64)bw * THETA_UNIT / patched_theta(p), (u64)~0U);
 }
 
 /* Every ACK: takes this ACK's parameters into the socket's state (the

@@ -50,6 +50,7 @@ fn the_two_sets() -> [abi::ccctl_params; 2] {
         alpha_medium: 2 * abi::CCCTL_GAIN_UNIT,
         alpha_heavy: 3 * abi::CCCTL_GAIN_UNIT,
         stall_filter: 1,
+        divide_after_max: 1,
     };
     [a, b]
 }

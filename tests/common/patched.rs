@@ -29,6 +29,8 @@ struct Ev {
     cwnd_gain: f64,
     bw_raw: u64,
     bw_corrected: u64,
+    btl_bw: u64,
+    lt_use_bw: bool,
 }
 
 /// What a traced run exercised, for the caller's non-vacuity checks.
@@ -49,6 +51,11 @@ pub struct Pseudocode2 {
     pub boosted: usize,
     /// PROBE_BW samples whose correction D/Θ changed D.
     pub corrected: usize,
+    /// With `divide_after_max`: PROBE_BW events whose B* the Θ in force
+    /// (below 0.9) divided, checked against the raw samples.
+    pub divided_after_max: usize,
+    /// PROBE_BW events paced at BBR's long-term (policer) rate.
+    pub lt_use_bw: usize,
     pub goodput_bps: f64,
     pub retransmits: u64,
 }
@@ -60,6 +67,9 @@ pub struct Rule {
     pub theta_little: f64,
     pub theta_heavy: f64,
     pub alpha: [f64; 3], // heavy, medium, little
+    /// `--divide-after-max 1` (departure 12): the max filter over raw D,
+    /// B* = max / Θ in force; else eq. 36 as written.
+    pub divide_after_max: bool,
 }
 
 impl Rule {
@@ -67,6 +77,7 @@ impl Rule {
         theta_little: 683.0 / 1024.0,
         theta_heavy: 341.0 / 1024.0,
         alpha: [2.0, 1.0, 0.0],
+        divide_after_max: false,
     };
 
     fn level(&self, theta: f64) -> usize {
@@ -91,6 +102,12 @@ impl Rule {
 ///    (within 1 % and 1 kbit/s), elsewhere D itself; the mode that counts is
 ///    the one the ACK found (the previous event's: BBR takes the sample
 ///    before it may change mode on the same ACK);
+///  * with `rule.divide_after_max` instead: the filter sees D itself on
+///    every ACK, and in PROBE_BW B* x max(Θ, 1/32) (the traced btl_bw
+///    times Θ: the filter's max) is at least this ACK's D (the max holds
+///    the sample it just took) and at most the largest D of the flow so
+///    far (the max is one of them), each within 1 % and 1 kbit/s: B*
+///    divided by too little fails the first, by too much the second;
 ///  * eq. 37: in PROBE_BW the pacing gain is p / max(Θ, 1/32) when p > 1 and
 ///    Θ <= theta_little, else p (within 1/256 and 0.5 %);
 ///  * eq. 38/39: in PROBE_BW alpha is the level's and the cwnd gain is
@@ -135,12 +152,17 @@ pub fn pseudocode2_from_trace(
         num("pacing_gain"),
         num("cwnd_gain"),
     );
-    let (on, off, raw, corr) = (
+    let (on, off, raw, corr, btl_bw) = (
         u64s(&df, "theta_on_us"),
         u64s(&df, "theta_off_us"),
         u64s(&df, "bw_raw_bps"),
         u64s(&df, "bw_corrected_bps"),
+        u64s(&df, "btl_bw_bps"),
     );
+    let lt_use_bw: Vec<bool> = f64s(&df, "bbr_lt_use_bw")
+        .into_iter()
+        .map(|v| v == Some(1.0))
+        .collect();
     let ev: Vec<Ev> = (0..df.height())
         .filter(|&i| sport[i] == data_port)
         .map(|i| Ev {
@@ -155,6 +177,8 @@ pub fn pseudocode2_from_trace(
             cwnd_gain: cwnd_gain[i],
             bw_raw: raw[i],
             bw_corrected: corr[i],
+            btl_bw: btl_bw[i],
+            lt_use_bw: lt_use_bw[i],
         })
         .collect();
     assert!(ev.len() > 500, "{} events of the data socket", ev.len());
@@ -171,7 +195,9 @@ pub fn pseudocode2_from_trace(
     sum.min_theta_entering_probe_bw = f64::INFINITY;
     let mut theta_sum = 0.0;
     let mut theta_n = 0usize;
+    let mut max_raw = 0u64;
     for (i, e) in ev.iter().enumerate() {
+        max_raw = max_raw.max(e.bw_raw);
         // eq. 11, at every change of the round it was estimated over.
         if i > 0
             && (e.theta_on_us, e.theta_off_us) != (ev[i - 1].theta_on_us, ev[i - 1].theta_off_us)
@@ -197,7 +223,7 @@ pub fn pseudocode2_from_trace(
             sum.theta_updates += 1;
         }
         let sampled_in_probe_bw = i > 0 && ev[i - 1].probe_bw;
-        if e.bw_raw > 0 && !sampled_in_probe_bw {
+        if e.bw_raw > 0 && (rule.divide_after_max || !sampled_in_probe_bw) {
             assert_eq!(
                 e.bw_corrected, e.bw_raw,
                 "event {i}: corrected outside PROBE_BW: {e:?}"
@@ -216,8 +242,30 @@ pub fn pseudocode2_from_trace(
         if e.ts_ns < first_probe_bw.saturating_add(2_000_000_000) {
             sum.min_theta_entering_probe_bw = sum.min_theta_entering_probe_bw.min(e.theta);
         }
+        if e.lt_use_bw {
+            sum.lt_use_bw += 1;
+        }
+        // departure 12: B* = max(D) / Θ in force (the policer's rate
+        // instead while BBR believes in one: not the max filter's)
+        if rule.divide_after_max && !e.lt_use_bw {
+            let max_filter = e.btl_bw as f64 * th;
+            if e.bw_raw > 0 {
+                assert!(
+                    max_filter >= e.bw_raw as f64 * 0.99 - 1000.0,
+                    "event {i}: B* x Θ = {max_filter:.0} is below this ACK's D = {}: B* is not max(D) / Θ ({e:?})",
+                    e.bw_raw
+                );
+            }
+            assert!(
+                max_filter <= max_raw as f64 * 1.01 + 1000.0,
+                "event {i}: B* x Θ = {max_filter:.0} is above every D so far (largest {max_raw}): B* is not max(D) / Θ ({e:?})"
+            );
+            if th < 0.9 {
+                sum.divided_after_max += 1;
+            }
+        }
         // eq. 36
-        if e.bw_raw > 0 && sampled_in_probe_bw {
+        if e.bw_raw > 0 && sampled_in_probe_bw && !rule.divide_after_max {
             let want = e.bw_raw as f64 / th;
             assert!(
                 (e.bw_corrected as f64 - want).abs() <= want * 0.01 + 1000.0,
@@ -681,8 +729,18 @@ pub fn host_gated(rate_bps: u64, gate: Option<(u64, u64)>) -> Testbed {
 /// way): the mean Θ in force over PROBE_BW after a 5 s warm-up. 20 s, 20
 /// Mbit/s, 40 ms, 1 BDP.
 pub fn theta_behind_gate(gate: Option<(u64, u64)>) -> Pseudocode2 {
+    theta_behind_gate_with(gate, &[], Rule::DEFAULT)
+}
+
+/// [`theta_behind_gate`] with patched_bbr loaded with `load_args`, which
+/// `rule` describes.
+pub fn theta_behind_gate_with(
+    gate: Option<(u64, u64)>,
+    load_args: &[&str],
+    rule: Rule,
+) -> Pseudocode2 {
     let tb = host_gated(20_000_000, gate);
-    let sum = pseudocode2_from_trace(&tb, 20, Duration::from_secs(5), &[], Rule::DEFAULT);
+    let sum = pseudocode2_from_trace(&tb, 20, Duration::from_secs(5), load_args, rule);
     let _ = tb.destroy();
     sum
 }

@@ -302,6 +302,7 @@ mod flows {
                 theta_little: 1023.0 / 1024.0,
                 theta_heavy: 922.0 / 1024.0,
                 alpha: [2.0, 1.0, 0.0],
+                divide_after_max: false,
             };
             let sum = pseudocode2_from_trace(
                 &tb,
@@ -1338,6 +1339,29 @@ mod patched_host {
                 );
             },
         );
+    }
+
+    /// `--divide-after-max 1` (departure 12) behind the Heavy gate: the
+    /// max filter sees the raw samples and B* is its max divided by the Θ
+    /// in force, recomputed at every ACK from the trace (eq. 36 as the
+    /// paper writes it fails the first check at its first corrected
+    /// sample); every other rule of Pseudocode 2 as by default. The gate
+    /// forces Θ below 0.9 for most of PROBE_BW, so the division is taken.
+    #[test]
+    fn patched_divide_after_max_behind_a_heavy_gate() {
+        crate::common::starved::unstarved("patched_divide_after_max_behind_a_heavy_gate", || {
+            let _clean = Clean::new();
+            let rule = patched::Rule {
+                divide_after_max: true,
+                ..patched::Rule::DEFAULT
+            };
+            let sum =
+                patched::theta_behind_gate_with(Some((10, 70)), &["--divide-after-max", "1"], rule);
+            assert!(
+                sum.divided_after_max > 200 && sum.levels[0] > 0 && sum.boosted > 0,
+                "the Heavy gate left too few divided events, no heavy level or no boost: {sum:?}"
+            );
+        });
     }
 
     /// Ungated (no stall filter), Θ stays at or above 0.95: on average

@@ -69,6 +69,37 @@ pub fn defaults() -> abi::ccctl_params {
     p
 }
 
+/// The parameter table of `docs/parameters.md`, one row per `CCCTL_PARAMS`
+/// row: name, flag, the algorithms that have it (user names), unit and the
+/// map's scale, default, what is allowed, and its doc line. A unit test
+/// keeps the docs' copy equal to it.
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| parameter | flag | algorithms | unit (map scale) | default | allowed | what it does |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for d in ALL {
+        let algos: Vec<String> = crate::registry::ALGORITHMS
+            .iter()
+            .filter(|a| defs_for(a).iter().any(|x| x.name == d.name))
+            .map(|a| format!("`{}`", a.name))
+            .collect();
+        let default = d.display((d.default * d.scale).round() as u32);
+        out.push_str(&format!(
+            "| `{}` | `--{}` | {} | {} (x{}) | {} | {} | {} |\n",
+            d.name,
+            d.flag,
+            algos.join(", "),
+            d.unit,
+            d.scale,
+            default,
+            d.allowed_in_set(),
+            d.summary.replace('|', "\\|"),
+        ));
+    }
+    out
+}
+
 /// Parameters of an algorithm: the `CCCTL_PARAMS` rows naming its id.
 pub fn defs_for(algo: &Algorithm) -> &'static [ParamDef] {
     for_algo_id(algo.id)
@@ -562,6 +593,44 @@ pub fn pick<'a>(
 
 #[cfg(test)]
 mod tests {
+    /// `docs/parameters.md` carries [`markdown_table`] between its markers.
+    /// `CCCTL_WRITE_DOCS=1 cargo test -p ccctl-core docs_parameter_table`
+    /// rewrites it.
+    #[test]
+    fn docs_parameter_table_matches_the_header() {
+        const BEGIN: &str =
+            "<!-- parameters: generated from bpf/ccctl_abi.h (ccctl_core::params) -->\n";
+        const END: &str = "<!-- end of parameters -->";
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/parameters.md");
+        let text = std::fs::read_to_string(&path).expect("reading docs/parameters.md");
+        let start = text
+            .find(BEGIN)
+            .expect("docs/parameters.md has the begin marker")
+            + BEGIN.len();
+        let end = start
+            + text[start..]
+                .find(END)
+                .expect("docs/parameters.md has the end marker");
+        let want = super::markdown_table();
+        if std::env::var_os("CCCTL_WRITE_DOCS").is_some() {
+            let new = format!("{}{want}{}", &text[..start], &text[end..]);
+            std::fs::write(&path, new).expect("writing docs/parameters.md");
+            return;
+        }
+        assert_eq!(
+            &text[start..end],
+            want,
+            "docs/parameters.md's table differs from bpf/ccctl_abi.h; \
+             CCCTL_WRITE_DOCS=1 cargo test -p ccctl-core docs_parameter_table rewrites it"
+        );
+        assert_eq!(want.lines().count(), super::ALL.len() + 2);
+        assert!(
+            want.contains("| `divide_after_max` | `--divide-after-max` | `patched-bbr` |"),
+            "{want}"
+        );
+    }
+
     use super::*;
 
     fn bbr() -> &'static Algorithm {

@@ -45,8 +45,9 @@ macro_rules! with_event_columns {
             modest_phase: Enum($crate::trace::event::modest_phase_name), Modest, |e| e.modest_phase, "enum string", "the window search's phase: `inactive`, `binary`, `linear`, `unknown`";
             pacing_gain: F64, Bbr, |e| $crate::trace::event::gain(e.pacing_gain), "f64", "pacing gain as applied on this ACK (Modest BBR: after eq. 1 scaling), a factor";
             cwnd_gain: F64, Bbr, |e| $crate::trace::event::gain(e.cwnd_gain), "f64", "cwnd gain, a factor";
-            btl_bw_bps: U64, Bbr, |e| $crate::trace::event::bits_per_s(e.btl_bw), "u64", "bottleneck bandwidth estimate, bit/s";
+            btl_bw_bps: U64, Bbr, |e| $crate::trace::event::bits_per_s(e.btl_bw), "u64", "bottleneck bandwidth estimate pacing and cwnd use, bit/s (patched BBR with divide_after_max: max filter / Θ)";
             bbr_min_rtt_us: U32, Bbr, |e| e.bbr_min_rtt_us, "u32", "BBR's own min_rtt filter (RTprop estimate), us: what sets the BDP, unlike `min_rtt_us` (the kernel's tcp_min_rtt)";
+            bbr_lt_use_bw: Bool, Bbr, |e| e.bbr_lt_use_bw != 0, "bool", "BBR paces at its long-term rate `lt_bw` (a policer was detected), not btl_bw's max filter";
             bbr_min_rtt_age_ms: U32, Bbr, |e| e.bbr_min_rtt_age_ms, "u32", "ms since BBR's min_rtt filter was last refreshed; PROBE_RTT starts when it passes 10 000";
             min_win: U32, Modest, |e| e.min_win, "u32", "lower bound of the window search (Alg. 1), packets";
             max_win: U32, Modest, |e| e.max_win, "u32", "upper bound of the window search (Alg. 1), packets";
@@ -61,7 +62,7 @@ macro_rules! with_event_columns {
             bbr_pacing_gain: F64, Patched, |e| $crate::trace::event::gain(e.bbr_pacing_gain), "f64", "BBR's pacing gain p before eq. 37";
             stall_us: U32, Patched, |e| e.stall_us, "u32", "machine stall time left out of the current round's Off (stall_filter), us";
             bw_raw_bps: U64, Patched, |e| $crate::trace::event::bits_per_s(e.bw_raw), "u64", "this ACK's delivery-rate sample D, bit/s; 0 if no sample";
-            bw_corrected_bps: U64, Patched, |e| $crate::trace::event::bits_per_s(e.bw_corrected), "u64", "what the max filter saw (D/Θ in probe_bw, eq. 36), bit/s; 0 if no sample";
+            bw_corrected_bps: U64, Patched, |e| $crate::trace::event::bits_per_s(e.bw_corrected), "u64", "what the max filter saw (D/Θ in probe_bw, eq. 36; D itself with divide_after_max), bit/s; 0 if no sample";
             dstar_mode: Enum($crate::trace::event::dstar_mode_name), Dstar, |e| e.dstar_mode, "enum string", "`drain`, `gain1`, `gain2`, `unknown`: Fig. 1's mode";
             dstar_slow_start: Bool, Dstar, |e| e.dstar_slow_start != 0, "bool", "in slow start, Sec. 3.3";
             dstar_bdp: U32, Dstar, |e| e.dstar_bdp, "u32", "the BDP estimate (eq. 2), packets";

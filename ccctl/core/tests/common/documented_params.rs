@@ -10,7 +10,8 @@
 // (10 s min-RTT window, deviation factor 2, floor 4, DRAIN 2 / GAIN 1 2 /
 // GAIN 2 1 RTTs); patched BBR Pseudocode 2 and Sec. V-C-2 (Θ thresholds
 // 2/3 and 1/3, Off threshold 1 ms, alpha 0 / 1 / 2); ccctl's own
-// quiet_rounds 64 and stall_filter 0 (README, docs/algorithms). Bounds are
+// quiet_rounds 64, stall_filter 0 and divide_after_max 0 (eq. 36 as the
+// paper writes it; docs/algorithms). Bounds are
 // the ranges docs/ and `ccctl tune --help` state.
 
 /// One parameter: name, flag, the algorithms (kernel names) that have it,
@@ -199,6 +200,15 @@ pub const DOCUMENTED: &[Documented] = &[
     p(
         "stall_filter",
         "stall-filter",
+        PATCHED,
+        0.0,
+        (0.0, IN),
+        (1.0, IN),
+        true,
+    ),
+    p(
+        "divide_after_max",
+        "divide-after-max",
         PATCHED,
         0.0,
         (0.0, IN),

@@ -147,6 +147,13 @@
  *     the variant B* follows Θ at once and an app-limited sample enters
  *     the filter undivided.  PROBE_BW's phase ends (the up-probe's target
  *     inflight, the drain's) still read the filter's max.
+ * 13. The long-term (policer) rate of tcp_bbr.c, which BBR paces at for up
+ *     to 48 rounds once it sees two intervals of heavy loss at the same
+ *     rate, is divided by the Θ in force too.  The paper's model has no
+ *     policer; its lt_bw is delivered / elapsed over 4-16 rounds, Off time
+ *     included, so it carries the bias eq. 36 corrects, and a gate's loss
+ *     bursts trigger it: behind the lab's Medium gate (150 Mbit/s, 48 ms)
+ *     54 % of PROBE_BW ACKs paced at the raw lt_bw, goodput 104 Mbit/s.
  */
 #define CCCTL_ALGO_ID CCCTL_ALGO_PATCHED_BBR
 #include "bbr_core.h"
@@ -499,13 +506,20 @@ static u64 bbr_hook_bw_sample(struct sock *sk, const struct rate_sample *rs, u64
 	return bw;
 }
 
-/* Departure 12 (divide_after_max): B* = max(D) / Θ in force, in PROBE_BW. */
+/* B* in PROBE_BW: the policer's rate divided by the Θ in force (departure
+ * 13); with divide_after_max (departure 12) the filter's max too. */
 static u32 bbr_hook_bw(struct sock *sk, u32 bw, void *v)
 {
 	struct patched *p = v;
 
-	if (!patched_active(sk, p) || !p->m.divide_after_max)
+	if (!patched_active(sk, p))
 		return bw;
+#ifdef CCCTL_MUTANT_LT_NOT_DIVIDED
+	if (!p->m.divide_after_max)
+		return bw; /* mutant (tests only): the policer's rate as BBR's */
+#endif
+	if (!p->m.divide_after_max && !bbr_of(sk)->lt_use_bw)
+		return bw; /* eq. 36 divided each sample before the filter */
 	return (u32)min((u64)bw * THETA_UNIT / patched_theta(p), (u64)~0U);
 }
 

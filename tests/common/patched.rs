@@ -56,6 +56,10 @@ pub struct Pseudocode2 {
     pub divided_after_max: usize,
     /// PROBE_BW events paced at BBR's long-term (policer) rate.
     pub lt_use_bw: usize,
+    /// Θ changes (by more than 2 %) between two PROBE_BW events at the
+    /// policer's rate, where B* x Θ stayed the same (the rate divided by
+    /// the Θ in force, departure 13).
+    pub lt_divided: usize,
     pub goodput_bps: f64,
     pub retransmits: u64,
 }
@@ -101,13 +105,18 @@ impl Rule {
 ///  * eq. 36: in PROBE_BW the sample fed to the max filter is D / max(Θ, 1/32)
 ///    (within 1 % and 1 kbit/s), elsewhere D itself; the mode that counts is
 ///    the one the ACK found (the previous event's: BBR takes the sample
-///    before it may change mode on the same ACK);
+///    before it may change mode on the same ACK); away from the policer's
+///    rate, B* (the traced btl_bw) is at least that sample;
 ///  * with `rule.divide_after_max` instead: the filter sees D itself on
 ///    every ACK, and in PROBE_BW B* x max(Θ, 1/32) (the traced btl_bw
 ///    times Θ: the filter's max) is at least this ACK's D (the max holds
 ///    the sample it just took) and at most the largest D of the flow so
 ///    far (the max is one of them), each within 1 % and 1 kbit/s: B*
 ///    divided by too little fails the first, by too much the second;
+///  * at BBR's long-term (policer) rate, which stays fixed while in use, B*
+///    is that rate divided by the Θ in force (departure 13): wherever Θ
+///    changes by more than 2 % between two such PROBE_BW events, B* x Θ
+///    stays within 1 % (an undivided rate keeps B* instead);
 ///  * eq. 37: in PROBE_BW the pacing gain is p / max(Θ, 1/32) when p > 1 and
 ///    Θ <= theta_little, else p (within 1/256 and 0.5 %);
 ///  * eq. 38/39: in PROBE_BW alpha is the level's and the cwnd gain is
@@ -196,6 +205,7 @@ pub fn pseudocode2_from_trace(
     let mut theta_sum = 0.0;
     let mut theta_n = 0usize;
     let mut max_raw = 0u64;
+    let mut prev_lt: Option<&Ev> = None;
     for (i, e) in ev.iter().enumerate() {
         max_raw = max_raw.max(e.bw_raw);
         // eq. 11, at every change of the round it was estimated over.
@@ -244,6 +254,22 @@ pub fn pseudocode2_from_trace(
         }
         if e.lt_use_bw {
             sum.lt_use_bw += 1;
+            if let Some(q) = prev_lt {
+                if (e.theta - q.theta).abs() > 0.02 * q.theta {
+                    let (now, before) = (e.btl_bw as f64 * th, q.btl_bw as f64 * floor(q.theta));
+                    assert!(
+                        (now - before).abs() <= 0.01 * before + 1000.0,
+                        "event {i}: at the policer's rate B* x Θ went from {before:.0} to {now:.0} as Θ \
+                         went from {} to {}: B* is not the long-term rate / Θ ({e:?})",
+                        q.theta,
+                        e.theta
+                    );
+                    sum.lt_divided += 1;
+                }
+            }
+            prev_lt = Some(e);
+        } else {
+            prev_lt = None;
         }
         // departure 12: B* = max(D) / Θ in force (the policer's rate
         // instead while BBR believes in one: not the max filter's)
@@ -275,6 +301,16 @@ pub fn pseudocode2_from_trace(
             );
             if e.bw_corrected as f64 > e.bw_raw as f64 * 1.01 {
                 sum.corrected += 1;
+            }
+            // The filter's max (B* away from the policer's rate) holds the
+            // sample it just took.
+            if !e.lt_use_bw {
+                assert!(
+                    e.btl_bw as f64 >= e.bw_corrected as f64 * 0.99 - 1000.0,
+                    "event {i}: B* {} is below the sample D/Θ = {} the max filter just took ({e:?})",
+                    e.btl_bw,
+                    e.bw_corrected
+                );
             }
         }
         // eq. 37

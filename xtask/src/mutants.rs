@@ -167,6 +167,14 @@ pub const MUTANTS: &[Mutant] = &[
         killer: PATCHED_PSEUDOCODE2,
         expect: "is not w + alpha",
     },
+    Mutant {
+        name: "LT_NOT_DIVIDED",
+        algo: "patched_bbr",
+        stem: "patched_bbr",
+        what: "the policer's rate not divided by Θ (departure 13)",
+        killer: PATCHED_PSEUDOCODE2,
+        expect: "is not the long-term rate / Θ",
+    },
 ];
 
 /// A test that hangs (a mutant that never leaves a mode) is stopped here.

@@ -22,6 +22,8 @@ mod bpf;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz;
+#[cfg(test)]
+mod generated_docs;
 pub mod kernel;
 pub mod loader;
 mod object_file;

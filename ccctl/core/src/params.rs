@@ -598,31 +598,13 @@ mod tests {
     /// rewrites it.
     #[test]
     fn docs_parameter_table_matches_the_header() {
-        const BEGIN: &str =
-            "<!-- parameters: generated from bpf/ccctl_abi.h (ccctl_core::params) -->\n";
-        const END: &str = "<!-- end of parameters -->";
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/parameters.md");
-        let text = std::fs::read_to_string(&path).expect("reading docs/parameters.md");
-        let start = text
-            .find(BEGIN)
-            .expect("docs/parameters.md has the begin marker")
-            + BEGIN.len();
-        let end = start
-            + text[start..]
-                .find(END)
-                .expect("docs/parameters.md has the end marker");
         let want = super::markdown_table();
-        if std::env::var_os("CCCTL_WRITE_DOCS").is_some() {
-            let new = format!("{}{want}{}", &text[..start], &text[end..]);
-            std::fs::write(&path, new).expect("writing docs/parameters.md");
-            return;
-        }
-        assert_eq!(
-            &text[start..end],
-            want,
-            "docs/parameters.md's table differs from bpf/ccctl_abi.h; \
-             CCCTL_WRITE_DOCS=1 cargo test -p ccctl-core docs_parameter_table rewrites it"
+        crate::generated_docs::check_block(
+            "parameters.md",
+            "<!-- parameters: generated from bpf/ccctl_abi.h (ccctl_core::params) -->\n",
+            "<!-- end of parameters -->",
+            &want,
+            "docs_parameter_table",
         );
         assert_eq!(want.lines().count(), super::ALL.len() + 2);
         assert!(

@@ -161,6 +161,35 @@ pub fn path_here() -> testbed::PathKind {
     }
 }
 
+/// The parameter sets in force for our algorithms `sc` names (loaded by
+/// now), for metadata.json; an algorithm whose set cannot be read is left
+/// out with a warning (the run does not depend on it).
+fn params_in_force(
+    sc: &Scenario,
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>> {
+    let mut out = std::collections::BTreeMap::new();
+    for name in sc.algorithms() {
+        let provision::Source::Ours(a) = provision::resolve(&name) else {
+            continue;
+        };
+        match ccctl_core::params::view(a) {
+            Ok(v) => {
+                out.insert(
+                    a.kernel_name.to_string(),
+                    v.params
+                        .iter()
+                        .map(|p| (p.name.to_string(), p.value))
+                        .collect(),
+                );
+            }
+            Err(e) => {
+                tracing::warn!(algo = a.name, error = %e, "cannot read its parameters for metadata.json")
+            }
+        }
+    }
+    out
+}
+
 fn in_vm() -> bool {
     std::env::var_os("CCCTL_IN_VM").is_some_and(|v| v == "1")
 }
@@ -334,6 +363,7 @@ fn run_here(
     meta.write(run_dir)?;
     let loaded = provision::Loaded::ensure(sc)?;
     meta.loaded_for_run = loaded.names().iter().map(|s| s.to_string()).collect();
+    meta.params = params_in_force(sc);
 
     let tracer = traces::LabTracer::new(sc.algorithms(), run_dir);
     let mut progress = progress::Progress::new(&jobs);

@@ -124,6 +124,7 @@ impl Metadata {
             finished_unix: None,
             status: "running".into(),
             loaded_for_run: Vec::new(),
+            params: BTreeMap::new(),
             calibrations: Vec::new(),
             runs: Vec::new(),
         }

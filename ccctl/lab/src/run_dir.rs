@@ -229,6 +229,11 @@ pub struct Metadata {
     pub status: String,
     #[serde(default)]
     pub loaded_for_run: Vec<String>,
+    /// The tunable parameters of each of our algorithms the scenario
+    /// names, in force when its runs began (kernel name -> parameter name
+    /// -> real value): a run made after `ccctl tune` says so.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, BTreeMap<String, f64>>,
     #[serde(default)]
     pub calibrations: Vec<Calibration>,
     #[serde(default)]
@@ -709,6 +714,11 @@ pub(crate) mod tests {
             finished_unix: Some(1060.0),
             status: STATUS_COMPLETE.into(),
             loaded_for_run: vec!["bpf_bbr".into()],
+            params: [(
+                "bpf_bbr".to_string(),
+                [("cwnd_gain".to_string(), 2.0)].into(),
+            )]
+            .into(),
             calibrations: vec![Calibration {
                 link_index: 0,
                 rate_bps: 20e6,

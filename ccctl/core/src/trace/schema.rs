@@ -163,29 +163,12 @@ mod tests {
     /// rewrites it.
     #[test]
     fn docs_column_table_matches_the_schema() {
-        const BEGIN: &str = "<!-- columns: generated from ccctl_core::trace::schema -->\n";
-        const END: &str = "<!-- end of columns -->";
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/tracing.md");
-        let text = std::fs::read_to_string(&path).expect("reading docs/tracing.md");
-        let start = text
-            .find(BEGIN)
-            .expect("docs/tracing.md has the begin marker")
-            + BEGIN.len();
-        let end = start
-            + text[start..]
-                .find(END)
-                .expect("docs/tracing.md has the end marker");
-        let want = markdown_table();
-        if std::env::var_os("CCCTL_WRITE_DOCS").is_some() {
-            let new = format!("{}{want}{}", &text[..start], &text[end..]);
-            std::fs::write(&path, new).expect("writing docs/tracing.md");
-            return;
-        }
-        assert_eq!(
-            &text[start..end],
-            want,
-            "docs/tracing.md's column table differs from the schema; \
-             CCCTL_WRITE_DOCS=1 cargo test -p ccctl-core docs_column_table rewrites it"
+        crate::generated_docs::check_block(
+            "tracing.md",
+            "<!-- columns: generated from ccctl_core::trace::schema -->\n",
+            "<!-- end of columns -->",
+            &markdown_table(),
+            "docs_column_table",
         );
     }
 }

@@ -194,9 +194,9 @@ struct ccctl_meta {
 	  "0/1",                                                                                   \
 	  "patched BBR: 1 leaves the whole machine's stalls (heartbeat timer lateness) out of "   \
 	  "Off; for emulated testbeds only")                                                       \
-	/* Eq. 36 as the paper writes it (0: the max filter over D / Θ, each sample divided by    \
-	 * the Θ of its round) or our variant (1: the max filter over the raw D, the estimate     \
-	 * divided by the Θ in force; app-limited samples are then never divided). */            \
+	/* Eq. 36's two readings: 0, the max filter over D / Θ, each sample divided by the Θ of   \
+	 * its round (the default); 1, the max filter over the raw D and the estimate divided by  \
+	 * the Θ in force (app-limited samples are then never divided). */                       \
 	X(divide_after_max, "divide_after_max", "divide-after-max", CCCTL_ALGOS_PATCHED, 1, 0, 0, \
 	  0, 1, 0, 1, "0/1",                                                                       \
 	  "patched BBR: 1 divides btl_bw (max of the raw samples) by the Θ in force instead of "  \

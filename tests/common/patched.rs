@@ -236,7 +236,8 @@ pub fn pseudocode2_from_trace(
         if e.bw_raw > 0 && (rule.divide_after_max || !sampled_in_probe_bw) {
             assert_eq!(
                 e.bw_corrected, e.bw_raw,
-                "event {i}: corrected outside PROBE_BW: {e:?}"
+                "event {i}: the max filter saw a corrected sample outside PROBE_BW or with \
+                 divide_after_max: {e:?}"
             );
         }
         if !e.probe_bw {

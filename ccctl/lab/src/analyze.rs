@@ -242,9 +242,10 @@ pub fn analyze(plan: &Plan, records: &[JobRecord]) -> Analysis {
             duration_s: job.duration.as_secs_f64(),
             reference_bps: cal.and_then(|c| c.reference_bps),
             // A link the references found short, or a run the emulator
-            // fell behind in (packets dropped before the emulated path).
+            // fell behind in (packets dropped before the emulated path, or
+            // too many read late).
             testbed_limited: cal.is_none_or(|c| c.testbed_limited)
-                || rec.path.as_ref().is_some_and(|p| p.socket_drops > 0),
+                || rec.path.as_ref().is_some_and(|p| p.fell_behind()),
             ..Default::default()
         };
         let goodputs: Vec<f64> = ms.iter().filter_map(|m| m.goodput_bps).collect();

@@ -222,12 +222,71 @@ pub struct PathUsage {
     pub late_reads: u64,
     #[serde(default)]
     pub max_read_lag_ms: f64,
+    /// Packets the userspace emulator read with their arrival time, both
+    /// directions, over the run: the base of `late_reads`.
+    #[serde(default)]
+    pub reads: u64,
+    /// From the end of the warm-up on, the window the run's figures come
+    /// from (a start of 128 flows reads late in the warm-up and is cut
+    /// with it): the packets read, those read late, and the mean wait of
+    /// every read, ms (the delay the emulator added to the path's). 0 in
+    /// runs recorded before they were counted: they judge nothing.
+    #[serde(default)]
+    pub reads_after_warmup: u64,
+    #[serde(default)]
+    pub late_reads_after_warmup: u64,
+    #[serde(default)]
+    pub mean_read_lag_ms_after_warmup: f64,
+    /// The mean wait this run allows ([`read_lag_limit`]), ms.
+    #[serde(default)]
+    pub read_lag_limit_ms: f64,
     /// The share of the machine's CPU time the hypervisor gave to other
     /// guests during the flows (`/proc/stat`; 0 on bare metal): a lab run
     /// measures wall-clock behaviour, and steal shows in it as a slower
     /// path and later timers.
     #[serde(default)]
     pub cpu_steal: f64,
+}
+
+/// The mean wait a read may add, as the share of the shortest time the run
+/// sets, and at least [`READ_LAG_FLOOR`]: the tolerance the lab holds the
+/// emulated RTT to (ping within max(0.5 ms, 2 %) of the configured RTT).
+pub const READ_LAG_SHARE: f64 = 0.02;
+pub const READ_LAG_FLOOR: Duration = Duration::from_micros(500);
+
+/// The mean read lag `job` allows: 2 % of the shortest time it sets (a
+/// flow's base RTT, a gate's On or Off window), at least 0.5 ms. A packet
+/// read late leaves late by as much, so beyond this the path's timing is
+/// the emulator's, not the scenario's: behind patched BBR's Heavy gate at
+/// 150 Mbit/s (On 10 ms) the emulator's mean wait was 4.4 ms, at 50 Mbit/s
+/// 0.04-0.07 ms, and in the seeds' other runs at most 0.2 ms (docs/lab.md).
+pub fn read_lag_limit(job: &Job) -> Duration {
+    let shortest = job
+        .flows
+        .iter()
+        .flat_map(|f| {
+            [
+                Some(f.rtt),
+                f.schedule.map(|s| s.on.0),
+                f.schedule.map(|s| s.off.0),
+            ]
+        })
+        .flatten()
+        .filter(|d| !d.is_zero())
+        .min()
+        .unwrap_or(job.link.rtt.0);
+    shortest.mul_f64(READ_LAG_SHARE).max(READ_LAG_FLOOR)
+}
+
+impl PathUsage {
+    /// Whether the emulator, not the scenario's path, shaped this run: the
+    /// kernel dropped packets at its sockets, or after the warm-up its
+    /// reads waited longer on average than the run allows.
+    pub fn fell_behind(&self) -> bool {
+        self.socket_drops > 0
+            || (self.reads_after_warmup > 0
+                && self.mean_read_lag_ms_after_warmup > self.read_lag_limit_ms)
+    }
 }
 
 /// CPU steal during a run above which the run's log warns.
@@ -325,11 +384,16 @@ pub fn run_job(
     let mut raw: BTreeMap<(usize, u16), Vec<Sample>> = BTreeMap::new();
     let mut sample_failures = 0u64;
     let mut next = t0;
+    // The emulator's counters where the warm-up ends.
+    let mut at_warmup = None;
     loop {
         if let Some(sig) = interrupt::received() {
             return Err(LabError::Interrupted(sig));
         }
         let t = t0.elapsed().as_secs_f64();
+        if at_warmup.is_none() && t >= job.warmup.as_secs_f64() {
+            at_warmup = tb.path_stats();
+        }
         for (sender, sock) in diag.iter().enumerate() {
             match sock.tcp_sockets() {
                 Ok(socks) => {
@@ -391,6 +455,21 @@ pub fn run_job(
         reordered: tb.path_stats().map_or(0, |s| s.reordered),
         socket_drops: tb.path_stats().map_or(0, |s| s.socket_drops),
         late_reads: tb.path_stats().map_or(0, |s| s.late_reads),
+        reads: tb.path_stats().map_or(0, |s| s.reads),
+        reads_after_warmup: tb
+            .path_stats()
+            .zip(at_warmup)
+            .map_or(0, |(s, w)| s.reads - w.reads),
+        late_reads_after_warmup: tb
+            .path_stats()
+            .zip(at_warmup)
+            .map_or(0, |(s, w)| s.late_reads - w.late_reads),
+        mean_read_lag_ms_after_warmup: tb.path_stats().zip(at_warmup).map_or(0.0, |(s, w)| {
+            (s.read_lag_sum_us - w.read_lag_sum_us) as f64
+                / 1000.0
+                / (s.reads - w.reads).max(1) as f64
+        }),
+        read_lag_limit_ms: read_lag_limit(job).as_secs_f64() * 1000.0,
         max_read_lag_ms: tb
             .path_stats()
             .map_or(0.0, |s| s.max_read_lag_us as f64 / 1000.0),
@@ -410,6 +489,19 @@ pub fn run_job(
              (marked testbed-limited)",
             job.id,
             path_usage.socket_drops
+        );
+    }
+    if path_usage.socket_drops == 0 && path_usage.fell_behind() {
+        tracing::warn!(
+            "run {}: the path emulator fell behind: after the warm-up its reads waited {:.2} ms on \
+             average (this run allows {:.2} ms), {} of {} more than 1 ms, the longest in the run \
+             {:.1} ms (marked testbed-limited)",
+            job.id,
+            path_usage.mean_read_lag_ms_after_warmup,
+            path_usage.read_lag_limit_ms,
+            path_usage.late_reads_after_warmup,
+            path_usage.reads_after_warmup,
+            path_usage.max_read_lag_ms
         );
     }
     let qdiscs = qdisc_description(&tb);
@@ -516,6 +608,76 @@ fn qdisc_description(tb: &Testbed) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn usage(mean_lag_ms: f64, limit_ms: f64, socket_drops: u64) -> PathUsage {
+        PathUsage {
+            emulator: "userspace".into(),
+            threads: 1,
+            cpu_secs: 0.0,
+            cpu_share: 0.0,
+            listed_losses: 0,
+            random_losses: 0,
+            reordered: 0,
+            socket_drops,
+            // The whole run's counts, warm-up included, judge nothing.
+            late_reads: 1_000_000,
+            max_read_lag_ms: 100.0,
+            reads: 1_000_000,
+            reads_after_warmup: 100_000,
+            late_reads_after_warmup: 5_000,
+            mean_read_lag_ms_after_warmup: mean_lag_ms,
+            read_lag_limit_ms: limit_ms,
+            cpu_steal: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_run_whose_emulator_added_too_much_delay_fell_behind() {
+        assert!(!usage(0.5, 0.5, 0).fell_behind(), "the limit itself");
+        assert!(usage(0.51, 0.5, 0).fell_behind());
+        assert!(usage(0.0, 0.5, 1).fell_behind(), "a socket drop");
+        // metadata.json of an older run has none of the counts after the
+        // warm-up: read as 0, and judged by socket drops alone.
+        let mut old = serde_json::to_value(usage(9.0, 0.5, 0)).expect("json");
+        for field in [
+            "reads",
+            "reads_after_warmup",
+            "late_reads_after_warmup",
+            "mean_read_lag_ms_after_warmup",
+            "read_lag_limit_ms",
+        ] {
+            old.as_object_mut().expect("object").remove(field);
+        }
+        let back: PathUsage = serde_json::from_value(old).expect("an older run reads");
+        assert_eq!((back.reads, back.reads_after_warmup), (0, 0));
+        assert!(!back.fell_behind());
+    }
+
+    #[test]
+    fn the_read_lag_a_run_allows_is_2_percent_of_its_shortest_time() {
+        let job = |toml: &str| {
+            let sc = crate::scenario::Scenario::from_toml(&format!(
+                "name = \"t\"\nduration = \"20s\"\nbaselines = false\n{toml}\n[link]\nrate = \"20mbit\"\nrtt = \"48ms\"\nbuffer = \"1bdp\"\n"
+            ))
+            .expect("scenario");
+            crate::plan::plan(&sc)
+                .jobs
+                .into_iter()
+                .find(|j| j.kind == crate::plan::JobKind::Main)
+                .expect("main run")
+        };
+        // 2 % of 48 ms.
+        let ungated = job("flows = \"cubic:1\"");
+        assert_eq!(read_lag_limit(&ungated), Duration::from_micros(960));
+        // Behind a 10 / 70 ms gate: 2 % of 10 ms is below the 0.5 ms floor.
+        let gated =
+            job("flows = [{ cc = \"cubic\", schedule = { on = \"10ms\", off = \"70ms\" } }]");
+        assert_eq!(read_lag_limit(&gated), Duration::from_micros(500));
+        // 2 % of a 40 ms Off window.
+        let medium =
+            job("flows = [{ cc = \"cubic\", schedule = { on = \"40ms\", off = \"40ms\" } }]");
+        assert_eq!(read_lag_limit(&medium), Duration::from_micros(800));
+    }
 
     #[test]
     fn ping_replies_are_timed_from_the_flows_launch() {

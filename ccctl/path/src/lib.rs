@@ -236,9 +236,13 @@ pub struct PathStats {
     /// [`socket::ReadLag::LATE`] before its thread read them (it was
     /// descheduled or busy), and the longest wait (µs). The cells date
     /// each packet by its arrival, so a late read delays it by as much
-    /// but costs the link no capacity.
+    /// but costs the link no capacity. `reads`: every packet read with
+    /// its arrival time, both directions (the late share's base).
+    pub reads: u64,
     pub late_reads: u64,
     pub max_read_lag_us: u64,
+    /// Every read's wait summed, µs (over `reads`: the mean delay added).
+    pub read_lag_sum_us: u64,
 }
 
 /// CPU time of the emulator's threads.
@@ -719,8 +723,10 @@ impl PathEmulator {
             gate_max_data: r(&self.shared.gate_data.max_queued),
             gate_max_acks: r(&self.shared.gate_acks.max_queued),
             socket_drops: self.socket_drops(),
+            reads: r(&self.shared.read_lag.reads),
             late_reads: r(&self.shared.read_lag.late),
             max_read_lag_us: r(&self.shared.read_lag.max_us),
+            read_lag_sum_us: r(&self.shared.read_lag.sum_us),
         }
     }
 

@@ -154,10 +154,14 @@ pub(crate) fn arrival(fd: i32) -> Option<(Instant, Duration)> {
 }
 
 /// Packets read late: how many waited in their socket longer than
-/// [`ReadLag::LATE`], and the longest wait (µs), over all sockets.
+/// [`ReadLag::LATE`], and the longest wait (µs), over all sockets; and
+/// how many were read with a receive time at all, the share's base.
 #[derive(Debug, Default)]
 pub struct ReadLag {
+    pub reads: AtomicU64,
     pub late: AtomicU64,
+    /// Every read's wait summed, µs: the mean delay the emulator added.
+    pub sum_us: AtomicU64,
     pub max_us: AtomicU64,
 }
 
@@ -167,6 +171,9 @@ impl ReadLag {
     pub const LATE: Duration = Duration::from_millis(1);
 
     pub(crate) fn record(&self, lag: Duration) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(lag.as_micros() as u64, Ordering::Relaxed);
         if lag > Self::LATE {
             self.late.fetch_add(1, Ordering::Relaxed);
         }
@@ -214,6 +221,8 @@ mod tests {
         lag.record(Duration::from_micros(300));
         lag.record(Duration::from_millis(7));
         lag.record(Duration::from_millis(2));
+        assert_eq!(lag.reads.load(Ordering::Relaxed), 3);
+        assert_eq!(lag.sum_us.load(Ordering::Relaxed), 9300);
         assert_eq!(lag.late.load(Ordering::Relaxed), 2);
         assert_eq!(lag.max_us.load(Ordering::Relaxed), 7000);
     }

@@ -784,19 +784,27 @@ pub fn theta_behind_gate_with(
 
 /// One untraced flow of `cc` (kernel name; `algo` is ccctl's, loaded
 /// first) behind the gate, at `rate_bps`, 40 ms, 1 BDP.
+/// One flow of `cc` behind `gate`, and the mean wait of the path
+/// emulator's reads over it, ms (the delay it added to the path: the gate's
+/// timing holds only while that stays well under its windows).
 pub fn flow_behind_gate(
     algo: &str,
     cc: &str,
     rate_bps: u64,
     gate: Option<(u64, u64)>,
     secs: u64,
-) -> iperf::FlowResult {
+) -> (iperf::FlowResult, f64) {
     ccctl(&["load", algo]).ok();
     let tb = host_gated(rate_bps, gate);
+    let before = tb.path_stats().expect("the host path's counters");
     let flow = iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))
         .expect("running iperf3");
+    let after = tb.path_stats().expect("the host path's counters");
     let _ = tb.destroy();
-    flow
+    let mean_lag_ms = (after.read_lag_sum_us - before.read_lag_sum_us) as f64
+        / 1000.0
+        / (after.reads - before.reads).max(1) as f64;
+    (flow, mean_lag_ms)
 }
 
 fn monotonic_ns() -> u64 {

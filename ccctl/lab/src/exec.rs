@@ -443,6 +443,8 @@ pub fn run_job(
     tb.check_gates()?;
     let flow_secs = wall.elapsed().as_secs_f64() - setup_secs;
     let bottleneck = tb.bottleneck_stats().ok();
+    let stats = tb.path_stats();
+    let after_warmup = stats.zip(at_warmup);
     let path_usage = PathUsage {
         emulator: tb.config().path.name().into(),
         threads: tb.path_cpu().map_or(0, |c| c.threads),
@@ -450,29 +452,19 @@ pub fn run_job(
         cpu_share: tb
             .path_cpu()
             .map_or(0.0, |c| c.cpu.as_secs_f64() / flow_secs.max(1e-9)),
-        listed_losses: tb.path_stats().map_or(0, |s| s.listed_losses),
-        random_losses: tb.path_stats().map_or(0, |s| s.random_losses),
-        reordered: tb.path_stats().map_or(0, |s| s.reordered),
-        socket_drops: tb.path_stats().map_or(0, |s| s.socket_drops),
-        late_reads: tb.path_stats().map_or(0, |s| s.late_reads),
-        reads: tb.path_stats().map_or(0, |s| s.reads),
-        reads_after_warmup: tb
-            .path_stats()
-            .zip(at_warmup)
-            .map_or(0, |(s, w)| s.reads - w.reads),
-        late_reads_after_warmup: tb
-            .path_stats()
-            .zip(at_warmup)
-            .map_or(0, |(s, w)| s.late_reads - w.late_reads),
-        mean_read_lag_ms_after_warmup: tb.path_stats().zip(at_warmup).map_or(0.0, |(s, w)| {
-            (s.read_lag_sum_us - w.read_lag_sum_us) as f64
-                / 1000.0
-                / (s.reads - w.reads).max(1) as f64
+        listed_losses: stats.map_or(0, |s| s.listed_losses),
+        random_losses: stats.map_or(0, |s| s.random_losses),
+        reordered: stats.map_or(0, |s| s.reordered),
+        socket_drops: stats.map_or(0, |s| s.socket_drops),
+        late_reads: stats.map_or(0, |s| s.late_reads),
+        reads: stats.map_or(0, |s| s.reads),
+        reads_after_warmup: after_warmup.map_or(0, |(s, w)| s.reads - w.reads),
+        late_reads_after_warmup: after_warmup.map_or(0, |(s, w)| s.late_reads - w.late_reads),
+        mean_read_lag_ms_after_warmup: after_warmup.map_or(0.0, |(s, w)| {
+            s.mean_read_lag_since(&w).as_secs_f64() * 1000.0
         }),
         read_lag_limit_ms: read_lag_limit(job).as_secs_f64() * 1000.0,
-        max_read_lag_ms: tb
-            .path_stats()
-            .map_or(0.0, |s| s.max_read_lag_us as f64 / 1000.0),
+        max_read_lag_ms: stats.map_or(0.0, |s| s.max_read_lag_us as f64 / 1000.0),
         cpu_steal,
     };
     if cpu_steal > WARN_CPU_STEAL {

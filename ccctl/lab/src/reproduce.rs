@@ -1268,10 +1268,6 @@ fn seed_of(id: &str) -> u64 {
     })
 }
 
-/// The verdict from the interval: reproduced when it lies within the
-/// reproduced band, not when it lies wholly outside the partly band (the
-/// effect's direction), partly otherwise (the direction without the size,
-/// or an interval too wide to decide).
 /// Where the paper's own algorithm bounds a headline's value at a case's
 /// setting: a floor computed from the case's link and the paper's
 /// constants alone (not measured, not read from our code). A reproduced
@@ -1279,7 +1275,8 @@ fn seed_of(id: &str) -> u64 {
 /// paper there, and the report says so beside the verdict (which still
 /// reads the interval against the bands as written).
 struct Floor {
-    id: &'static str,
+    /// The headlines it bounds.
+    ids: &'static [&'static str],
     /// The lowest value the paper's algorithm allows on this case's link.
     of: fn(&SummaryRecord) -> f64,
     why: &'static str,
@@ -1305,31 +1302,17 @@ fn dstar_rtt_floor(r: &SummaryRecord) -> f64 {
     dstar / full_queue
 }
 
-const DSTAR_RTT_FLOOR: &str = "Fig. 1's gain_cwnd floor (4 packets a flow, 128 flows) keeps \
-     D*'s RTT at least this share of a full queue's";
-
-const FLOORS: &[Floor] = &[
-    Floor {
-        id: "dstar-fig5-rtt",
-        of: dstar_rtt_floor,
-        why: DSTAR_RTT_FLOOR,
-    },
-    Floor {
-        id: "dstar-fig5-rtt-bpf",
-        of: dstar_rtt_floor,
-        why: DSTAR_RTT_FLOOR,
-    },
-    Floor {
-        id: "dstar-fig5-ping-bpf",
-        of: dstar_rtt_floor,
-        why: DSTAR_RTT_FLOOR,
-    },
-    Floor {
-        id: "dstar-fig5-deep-rtt",
-        of: dstar_rtt_floor,
-        why: DSTAR_RTT_FLOOR,
-    },
-];
+const FLOORS: &[Floor] = &[Floor {
+    ids: &[
+        "dstar-fig5-rtt",
+        "dstar-fig5-rtt-bpf",
+        "dstar-fig5-ping-bpf",
+        "dstar-fig5-deep-rtt",
+    ],
+    of: dstar_rtt_floor,
+    why: "Fig. 1's gain_cwnd floor (4 packets a flow, 128 flows) keeps D*'s RTT at least this \
+          share of a full queue's",
+}];
 
 /// The lowest floor over the headline's cases (their links' main rows),
 /// and what it says of the band.
@@ -1338,7 +1321,7 @@ fn floor_of(
     h: &Headline,
     cases: &BTreeMap<Case, f64>,
 ) -> Option<(f64, String)> {
-    let f = FLOORS.iter().find(|f| f.id == h.id)?;
+    let f = FLOORS.iter().find(|f| f.ids.contains(&h.id))?;
     let floor = cases
         .keys()
         .filter_map(|(s, l, _)| {
@@ -1355,7 +1338,7 @@ fn floor_of(
     let text = if h.reproduced.1 < floor {
         format!(
             "the paper's own number: {} here, {} (floor), above the reproduced band's {}: \
-             no D* as Fig. 1 defines it meets the band at this setting",
+             no implementation of the paper meets the band at this setting",
             f.why,
             num(floor),
             num(h.reproduced.1)
@@ -1366,6 +1349,10 @@ fn floor_of(
     Some((floor, text))
 }
 
+/// The verdict from the interval: reproduced when it lies within the
+/// reproduced band, not when it lies wholly outside the partly band (the
+/// effect's direction), partly otherwise (the direction without the size,
+/// or an interval too wide to decide).
 fn verdict(h: &Headline, lo: f64, hi: f64) -> (&'static str, String) {
     let ci = format!("95 % interval {}..{}", num(lo), num(hi));
     if within(lo, h.reproduced) && within(hi, h.reproduced) {

@@ -245,6 +245,16 @@ pub struct PathStats {
     pub read_lag_sum_us: u64,
 }
 
+impl PathStats {
+    /// The mean wait of the reads since `earlier` (a snapshot of the same
+    /// path): the delay the emulator added to the path meanwhile.
+    pub fn mean_read_lag_since(&self, earlier: &PathStats) -> Duration {
+        let reads = self.reads.saturating_sub(earlier.reads);
+        let sum_us = self.read_lag_sum_us.saturating_sub(earlier.read_lag_sum_us);
+        Duration::from_secs_f64(sum_us as f64 / 1e6 / reads.max(1) as f64)
+    }
+}
+
 /// CPU time of the emulator's threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PathCpu {
@@ -826,5 +836,34 @@ impl Drop for PathEmulator {
                 rt.shutdown_timeout(Duration::from_secs(2));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mean_read_lag_counts_only_the_reads_between_two_snapshots() {
+        let earlier = PathStats {
+            reads: 1_000,
+            read_lag_sum_us: 50_000_000,
+            ..Default::default()
+        };
+        // 400 reads since, 800,000 us of waiting among them: 2 ms each.
+        let later = PathStats {
+            reads: 1_400,
+            read_lag_sum_us: 50_800_000,
+            ..Default::default()
+        };
+        assert_eq!(
+            later.mean_read_lag_since(&earlier),
+            Duration::from_millis(2)
+        );
+        assert_eq!(
+            later.mean_read_lag_since(&later),
+            Duration::ZERO,
+            "no reads since"
+        );
     }
 }
